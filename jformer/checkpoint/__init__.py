@@ -1,0 +1,13 @@
+"""Checkpoints of training runs, and parameter averaging over the last ones.
+
+- `Checkpointer` (over `orbax.checkpoint.CheckpointManager`): asynchronous, atomic saves of the training
+  state together with the grain data-iterator position, every `save_interval_steps`, keeping the last
+  `max_to_keep`; restore into a template's structure, dtypes and shardings; `restore_params` reads only params.
+- `average_params(directory, last)`: the mean of the params of the last checkpoints (paper Sec. 6.1: 5 for
+  base, 20 for big models); `save_params`/`load_params`: a params-only checkpoint for decoding.
+"""
+
+from jformer.checkpoint.averaging import average_params, load_params, save_params
+from jformer.checkpoint.manager import Checkpointer, abstract_state
+
+__all__ = ["Checkpointer", "abstract_state", "average_params", "load_params", "save_params"]

@@ -1,0 +1,117 @@
+"""Checkpoint averaging (paper Sec. 6.1) and params-only checkpoints.
+
+"For the base models, we used a single model obtained by averaging the last 5 checkpoints [...]. For the big
+models, we averaged the last 20 checkpoints." `average_params` reads only the `params` of each checkpoint, one
+checkpoint at a time, into a running sum; `save_params` writes the result where decoding loads it with
+`load_params` (e.g. `<workdir>/averaged/`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+
+from jformer.checkpoint.manager import Checkpointer, absolute_path, abstract_state
+
+
+def average_params(directory: str | os.PathLike[str], last: int = 5) -> tuple[Any, list[int]]:
+  """The elementwise mean of the `params` of the newest `last` checkpoints in `directory`.
+
+  Peak host memory is about two copies of the params: the running sum (float32, or float64 for float64
+  params) and the checkpoint being read. The optimizer state is never read.
+
+  Args:
+    directory: a `Checkpointer` directory (it is opened read-only, so a running job may keep writing).
+    last: how many of the newest checkpoints to average (paper: 5 for base, 20 for big models).
+
+  Returns:
+    `(params, steps)`: the mean as NumPy arrays of the saved dtypes, and the averaged steps, ascending.
+  """
+  if not isinstance(last, int) or last < 1:
+    raise ValueError(f"last must be a positive int, got {last!r}.")
+  with Checkpointer(directory, read_only=True) as ckpt:
+    steps = ckpt.all_steps()
+    if not steps:
+      raise FileNotFoundError(f"No complete checkpoint in {directory}; nothing to average.")
+    if len(steps) < last:
+      raise ValueError(
+          f"Asked to average the last {last} checkpoints, but {directory} has only {len(steps)} "
+          f"(steps {steps}); pass last<={len(steps)}, or train with Checkpointer(max_to_keep>={last})."
+      )
+    steps = steps[-last:]
+    first = ckpt.restore_params(steps[0])
+    _check_floating(first, steps[0])
+    total = jax.tree.map(lambda x: x.astype(jnp.promote_types(x.dtype, jnp.float32)), first)
+    for step in steps[1:]:
+      params = ckpt.restore_params(step)
+      _check_same_tree(first, params, steps[0], step)
+      total = jax.tree.map(lambda s, x: np.add(s, x.astype(s.dtype), out=s), total, params)
+  mean = jax.tree.map(lambda s, x: (s / last).astype(x.dtype), total, first)
+  return mean, steps
+
+
+def save_params(path: str | os.PathLike[str], params: Any, *, overwrite: bool = False) -> None:
+  """Writes `params` (a pytree of arrays) as a params-only Orbax checkpoint at `path` (atomically).
+
+  Args:
+    path: the checkpoint directory to create, e.g. `<workdir>/averaged`.
+    params: the pytree to save.
+    overwrite: replace an existing checkpoint at `path`; otherwise an existing `path` is an error.
+  """
+  path = absolute_path(path)
+  if path.exists() and not overwrite:
+    raise FileExistsError(f"{path} already exists; pass overwrite=True to replace it, or choose another path.")
+  with ocp.PyTreeCheckpointer() as checkpointer:
+    checkpointer.save(path, args=ocp.args.PyTreeSave(params), force=overwrite)
+
+
+def load_params(path: str | os.PathLike[str], template: Any = None) -> Any:
+  """Reads a params checkpoint written by `save_params`.
+
+  Args:
+    path: the checkpoint directory.
+    template: optional pytree of `jax.Array`s or sharded `jax.ShapeDtypeStruct`s (see
+      `Checkpointer.restore`): the params are restored as `jax.Array`s with its structure, dtypes and
+      shardings. Without it, they come back as NumPy arrays in the saved structure and dtypes.
+  """
+  path = absolute_path(path)
+  if not path.is_dir():
+    raise FileNotFoundError(f"No params checkpoint at {path}; write one with save_params(path, params).")
+  with ocp.PyTreeCheckpointer() as checkpointer:
+    if template is None:
+      tree = checkpointer.metadata(path).item_metadata.tree
+      restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
+      return checkpointer.restore(path, args=ocp.args.PyTreeRestore(restore_args=restore_args))
+    target = abstract_state(template)
+    restore_args = ocp.checkpoint_utils.construct_restore_args(target)
+    return checkpointer.restore(path, args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args))
+
+
+def _check_floating(params: Any, step: int) -> None:
+  """Averaging is defined for floating-point params only."""
+  for path, x in jax.tree_util.tree_leaves_with_path(params):
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+      raise TypeError(
+          f"Cannot average params leaf {jax.tree_util.keystr(path)} of checkpoint {step}: dtype {x.dtype} is not "
+          "floating point; keep integer state outside `params`."
+      )
+
+
+def _check_same_tree(reference: Any, params: Any, reference_step: int, step: int) -> None:
+  """Checkpoints to average must hold params of the same structure and shapes (NumPy would broadcast)."""
+  if jax.tree.structure(reference) != jax.tree.structure(params):
+    raise ValueError(
+        f"Checkpoints {reference_step} and {step} hold params of different structure; average only "
+        "checkpoints of one model (pass a smaller `last`)."
+    )
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(reference), jax.tree.leaves(params), strict=True):
+    if a.shape != b.shape:
+      raise ValueError(
+          f"Params leaf {jax.tree_util.keystr(path)} has shape {a.shape} in checkpoint {reference_step} but "
+          f"{b.shape} in checkpoint {step}; average only checkpoints of one model (pass a smaller `last`)."
+      )

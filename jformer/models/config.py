@@ -1,0 +1,96 @@
+"""The frozen model configuration: built once from `config.model`, the only thing modules read."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+
+from jformer import attention
+
+POSITIONAL = ("sinusoidal", "learned", "rotary", "none")
+NORMS = ("post", "pre")
+ACTIVATIONS = ("relu", "gelu")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Hyper-parameters of the encoder-decoder Transformer (and the decoder-only LM); see configs/ for meaning."""
+  vocab_size: int
+  d_model: int = 512
+  num_heads: int = 8
+  d_ff: int = 2048
+  num_encoder_layers: int = 6
+  num_decoder_layers: int = 6
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.0
+  attention: str = "dot_product"
+  attention_options: tuple = ()
+  positional: str = "sinusoidal"
+  max_length: int = 512
+  norm: str = "post"
+  activation: str = "relu"
+  share_embeddings: bool = True
+  tie_output_embedding: bool = True
+  dtype: Any = jnp.float32
+
+  @property
+  def head_dim(self) -> int:
+    return self.d_model // self.num_heads
+
+  def attention_fn(self):
+    """The registered attention function with its options bound."""
+    fn = attention.get(self.attention).fn
+    options = dict(self.attention_options)
+    return (lambda *args, **kwargs: fn(*args, **kwargs, **options)) if options else fn
+
+  @classmethod
+  def from_config(cls, model_config) -> "TransformerConfig":
+    """Builds and validates from the `config.model` ConfigDict; raises ValueError naming what is wrong."""
+    values = dict(model_config)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+      raise ValueError(f"unknown model field(s) {unknown}; known: {sorted(known)}")
+    values["attention_options"] = tuple(sorted(dict(values.get("attention_options") or {}).items()))
+    dtype = values.get("dtype", "float32")
+    if isinstance(dtype, str):
+      if dtype not in DTYPES:
+        raise ValueError(f"model.dtype='{dtype}' is not one of {sorted(DTYPES)}")
+      values["dtype"] = DTYPES[dtype]
+    config = cls(**values)
+    config.validate()
+    return config
+
+  def validate(self) -> None:
+    """Checks combinations that would fail later or silently compute the wrong thing."""
+    problems = []
+    if self.d_model % self.num_heads:
+      problems.append(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
+    if self.positional not in POSITIONAL:
+      problems.append(f"positional='{self.positional}' is not one of {POSITIONAL}")
+    if self.positional == "sinusoidal" and self.d_model % 2:
+      problems.append(f"sinusoidal positions need an even d_model, got {self.d_model}")
+    if self.positional == "rotary" and self.head_dim % 2:
+      problems.append(f"rotary positions need an even head_dim, got d_model/num_heads={self.head_dim}")
+    if self.norm not in NORMS:
+      problems.append(f"norm='{self.norm}' is not one of {NORMS}")
+    if self.activation not in ACTIVATIONS:
+      problems.append(f"activation='{self.activation}' is not one of {ACTIVATIONS}")
+    if not 0.0 <= self.dropout_rate < 1.0 or not 0.0 <= self.attention_dropout_rate < 1.0:
+      problems.append("dropout rates must be in [0, 1)")
+    if min(self.vocab_size, self.d_model, self.d_ff, self.max_length) <= 0 or min(
+        self.num_encoder_layers, self.num_decoder_layers) < 0:
+      problems.append("sizes must be positive (layers may be 0)")
+    if problems:
+      raise ValueError("invalid model config: " + "; ".join(problems))
+    try:
+      variant = attention.get(self.attention)
+    except KeyError as e:
+      raise ValueError(str(e.args[0])) from None
+    needs = {"causal", "segment_ids", "decode"}
+    if self.attention_dropout_rate > 0:
+      needs.add("dropout")
+    variant.check(needs=needs, options=dict(self.attention_options))

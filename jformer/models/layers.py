@@ -1,0 +1,159 @@
+"""Flax Linen layers of the Transformer: embeddings, positions, multi-head attention, feed-forward, residual.
+
+Shapes: B batch, L (or T/S) length, D d_model, H heads, K head_dim, F d_ff, V vocab.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jformer.models.config import TransformerConfig
+from jformer.ops import positional
+
+dense_init = nn.initializers.xavier_uniform()
+
+
+class Embed(nn.Module):
+  """Token embedding scaled by sqrt(d_model) (paper Sec. 3.4); `attend` is the tied pre-softmax projection."""
+  vocab_size: int
+  d_model: int
+  dtype: jnp.dtype = jnp.float32
+
+  def setup(self):
+    # std d^-1/2, so that embedding * sqrt(d) has unit scale and tied logits y . E^T have unit scale.
+    self.embedding = self.param("embedding", nn.initializers.normal(stddev=self.d_model**-0.5),
+                                (self.vocab_size, self.d_model), jnp.float32)
+
+  def __call__(self, ids_BxL: jax.Array) -> jax.Array:
+    """`[B, L]` int ids -> `[B, L, D]`."""
+    return jnp.take(self.embedding, ids_BxL, axis=0).astype(self.dtype) * jnp.sqrt(self.d_model).astype(self.dtype)
+
+  def attend(self, y_BxLxD: jax.Array) -> jax.Array:
+    """`[B, L, D]` -> logits `[B, L, V]` = y E^T (weights shared with the embedding)."""
+    return jnp.einsum("bld,vd->blv", y_BxLxD, self.embedding.astype(self.dtype))
+
+
+class AddPositions(nn.Module):
+  """Adds sinusoidal or learned position embeddings (paper Sec. 3.5); identity for 'rotary' and 'none'.
+
+  In decode mode the position is the step counter kept in the 'cache' collection.
+  """
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x_BxLxD: jax.Array, positions_BxL: jax.Array | None = None, *, decode: bool = False):
+    cfg = self.config
+    if cfg.positional in ("rotary", "none"):
+      return x_BxLxD
+    length = x_BxLxD.shape[1]
+    if length > cfg.max_length:
+      raise ValueError(f"sequence length {length} exceeds model.max_length={cfg.max_length}; raise "
+                       "model.max_length or truncate the input")
+    if cfg.positional == "learned":
+      table_PxD = self.param("position_embedding", nn.initializers.normal(stddev=0.02),
+                             (cfg.max_length, cfg.d_model), jnp.float32)
+    else:
+      table_PxD = jnp.asarray(positional.sinusoidal(cfg.max_length, cfg.d_model))
+    if decode:
+      positions_BxL = decode_step_positions(self, x_BxLxD.shape[0], length)
+    elif positions_BxL is None:
+      positions_BxL = jnp.arange(length)[None, :]
+    return x_BxLxD + jnp.take(table_PxD, positions_BxL, axis=0).astype(x_BxLxD.dtype)
+
+
+def decode_step_positions(module: nn.Module, batch: int, length: int) -> jax.Array:
+  """Positions `[B, L]` of the tokens fed at this decode step, advancing a step counter in 'cache'.
+
+  Called during `init` (the cache being shaped) it returns `arange(L)` and leaves the counter at 0.
+  """
+  initialized = module.has_variable("cache", "position")
+  counter = module.variable("cache", "position", lambda: jnp.zeros((), jnp.int32))
+  if not initialized:
+    return jnp.broadcast_to(jnp.arange(length), (batch, length))
+  start = counter.value
+  counter.value = start + length
+  return jnp.broadcast_to(start + jnp.arange(length), (batch, length))
+
+
+class MultiHeadAttention(nn.Module):
+  """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (eq. 4-5).
+
+  The attention itself is the registry function named by `config.attention`. Self-attention when
+  `inputs_kv` is None. With `decode=True` (self-attention only), keys/values are appended to a cache of the
+  length the module was initialised with, and queries attend to the filled part.
+  """
+  config: TransformerConfig
+  causal: bool = False
+  rotary: bool = False
+
+  @nn.compact
+  def __call__(self, inputs_q_BxTxD, inputs_kv_BxSxD=None, *, q_segment_ids=None, kv_segment_ids=None,
+               q_positions=None, kv_positions=None, deterministic: bool = True, decode: bool = False):
+    cfg = self.config
+    projection = lambda name: nn.DenseGeneral((cfg.num_heads, cfg.head_dim), kernel_init=dense_init,
+                                              dtype=cfg.dtype, name=name)
+    kv_source = inputs_q_BxTxD if inputs_kv_BxSxD is None else inputs_kv_BxSxD
+    query_BxTxHxK = projection("query")(inputs_q_BxTxD)
+    key_BxSxHxK = projection("key")(kv_source)
+    value_BxSxHxK = projection("value")(kv_source)
+
+    if decode:
+      if inputs_kv_BxSxD is not None:
+        raise ValueError("decode=True caches self-attention only; cross-attention keys are recomputed")
+      q_positions = decode_step_positions(self, *inputs_q_BxTxD.shape[:2])
+    if self.rotary:
+      q_positions = _default_positions(q_positions, query_BxTxHxK)
+      kv_positions = q_positions if inputs_kv_BxSxD is None else _default_positions(kv_positions, key_BxSxHxK)
+      query_BxTxHxK = positional.apply_rotary(query_BxTxHxK, q_positions)
+      key_BxSxHxK = positional.apply_rotary(key_BxSxHxK, kv_positions)
+    if decode:
+      key_BxSxHxK, value_BxSxHxK, kv_positions = self._update_cache(key_BxSxHxK, value_BxSxHxK, q_positions)
+
+    dropout_rng = None
+    if not deterministic and cfg.attention_dropout_rate > 0:
+      dropout_rng = self.make_rng("dropout")
+    out_BxTxHxK = cfg.attention_fn()(
+        query_BxTxHxK, key_BxSxHxK, value_BxSxHxK, causal=self.causal, q_segment_ids=q_segment_ids,
+        kv_segment_ids=kv_segment_ids, q_positions=q_positions, kv_positions=kv_positions,
+        dropout_rate=0.0 if deterministic else cfg.attention_dropout_rate, dropout_rng=dropout_rng)
+    return nn.DenseGeneral(cfg.d_model, axis=(-2, -1), kernel_init=dense_init, dtype=cfg.dtype,
+                           name="out")(out_BxTxHxK)
+
+  def _update_cache(self, key_BxTxHxK, value_BxTxHxK, positions_BxT):
+    """Writes this step's keys/values into the cache; returns the whole cache and its slot positions."""
+    initialized = self.has_variable("cache", "cached_key")
+    cached_key = self.variable("cache", "cached_key", jnp.zeros, key_BxTxHxK.shape, key_BxTxHxK.dtype)
+    cached_value = self.variable("cache", "cached_value", jnp.zeros, value_BxTxHxK.shape, value_BxTxHxK.dtype)
+    if not initialized:  # `init` shapes the cache with the full decode length; nothing to attend to yet.
+      return key_BxTxHxK, value_BxTxHxK, positions_BxT
+    start = positions_BxT[0, 0]
+    cached_key.value = jax.lax.dynamic_update_slice_in_dim(cached_key.value, key_BxTxHxK, start, axis=1)
+    cached_value.value = jax.lax.dynamic_update_slice_in_dim(cached_value.value, value_BxTxHxK, start, axis=1)
+    slots = cached_key.value.shape[1]
+    # Slots past the current step hold zeros; causal masking by position hides them.
+    return cached_key.value, cached_value.value, jnp.arange(slots)[None, :]
+
+
+def _default_positions(positions, x_BxLxHxK):
+  return jnp.arange(x_BxLxHxK.shape[1])[None, :] if positions is None else positions
+
+
+class FeedForward(nn.Module):
+  """FFN(x) = max(0, x W1 + b1) W2 + b2  (paper eq. 2); GELU instead of ReLU as an option."""
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x_BxLxD: jax.Array, *, deterministic: bool = True) -> jax.Array:
+    cfg = self.config
+    h_BxLxF = nn.Dense(cfg.d_ff, kernel_init=dense_init, dtype=cfg.dtype, name="wi")(x_BxLxD)
+    h_BxLxF = nn.relu(h_BxLxF) if cfg.activation == "relu" else nn.gelu(h_BxLxF)
+    return nn.Dense(cfg.d_model, kernel_init=dense_init, dtype=cfg.dtype, name="wo")(h_BxLxF)
+
+
+def residual(x_BxLxD, sublayer, *, norm: nn.Module, dropout: nn.Module, pre_norm: bool, deterministic: bool):
+  """Post-LN: LayerNorm(x + Dropout(Sublayer(x))) (paper Sec. 3.1, 5.4); pre-LN: x + Dropout(Sublayer(LN(x)))."""
+  if pre_norm:
+    return x_BxLxD + dropout(sublayer(norm(x_BxLxD)), deterministic=deterministic)
+  return norm(x_BxLxD + dropout(sublayer(x_BxLxD), deterministic=deterministic))

@@ -1,0 +1,25 @@
+"""Decoder-only language model on the same blocks (a Decoder without encoder-decoder attention)."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+
+from jformer.models.config import TransformerConfig
+from jformer.models.layers import Embed
+from jformer.models.transformer import Decoder
+
+
+class LanguageModel(nn.Module):
+  """Next-token model: `tokens` `[B, T]` (0 = padding) -> logits `[B, T, V]` predicting `tokens` (shifted inside).
+
+  Uses `num_decoder_layers` layers of masked self-attention + feed-forward.
+  """
+  config: TransformerConfig
+
+  def setup(self):
+    cfg = self.config
+    self.decoder = Decoder(cfg, Embed(cfg.vocab_size, cfg.d_model, cfg.dtype, name="embedding"))
+
+  def __call__(self, tokens, *, positions=None, segmentation=None, deterministic=True, decode=False):
+    return self.decoder(tokens, None, positions_BxT=positions, segmentation_BxT=segmentation,
+                        deterministic=deterministic, decode=decode)

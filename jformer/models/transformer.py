@@ -1,0 +1,157 @@
+"""Encoder-decoder Transformer (paper Sec. 3, Fig. 1) and the stacks it is built from.
+
+Token ids are int `[B, L]` with 0 = padding. Packed rows carry `*_segmentation` (1, 2, ... per example,
+0 = padding) and `*_positions` (position inside its own example); without them a row is one example.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jformer.models.config import TransformerConfig
+from jformer.models.layers import AddPositions, Embed, FeedForward, MultiHeadAttention, residual
+
+
+def shift_right(x_BxL: jax.Array, segmentation_BxL: jax.Array | None = None) -> jax.Array:
+  """Decoder input: targets shifted one step right with 0 (BOS) in front of every (packed) example."""
+  shifted = jnp.pad(x_BxL, ((0, 0), (1, 0)))[:, :-1]
+  if segmentation_BxL is not None:
+    shifted = shifted * (segmentation_BxL == shift_right(segmentation_BxL))
+  return shifted
+
+
+def segments_or_padding(tokens_BxL: jax.Array, segmentation_BxL: jax.Array | None) -> jax.Array:
+  """Segment ids, defaulting to 1 on real tokens and 0 on padding (one example per row)."""
+  return (tokens_BxL != 0).astype(jnp.int32) if segmentation_BxL is None else segmentation_BxL
+
+
+class TransformerLayer(nn.Module):
+  """Self-attention, encoder-decoder attention (only when `encoded` is given), feed-forward; each sublayer
+  wrapped in residual + dropout + LayerNorm (paper Fig. 1). `causal` masks future positions (decoder)."""
+  config: TransformerConfig
+  causal: bool
+
+  @nn.compact
+  def __call__(self, x_BxLxD, encoded_BxSxD=None, *, segment_ids_BxL=None, positions_BxL=None,
+               encoder_segment_ids_BxS=None, deterministic=True, decode=False):
+    cfg = self.config
+    sub = dict(dropout=nn.Dropout(cfg.dropout_rate), pre_norm=cfg.norm == "pre", deterministic=deterministic)
+    self_attend = MultiHeadAttention(cfg, causal=self.causal, rotary=cfg.positional == "rotary",
+                                     name="self_attention")
+    x_BxLxD = residual(
+        x_BxLxD, lambda h: self_attend(h, q_segment_ids=segment_ids_BxL, kv_segment_ids=segment_ids_BxL,
+                                       q_positions=positions_BxL, kv_positions=positions_BxL,
+                                       deterministic=deterministic, decode=decode),
+        norm=nn.LayerNorm(name="self_attention_norm"), **sub)
+    if encoded_BxSxD is not None:
+      cross_attend = MultiHeadAttention(cfg, name="cross_attention")
+      query_segments = segment_ids_BxL
+      if query_segments is None:  # decoding: every query is a real token of example 1.
+        query_segments = jnp.ones(x_BxLxD.shape[:2], jnp.int32)
+      x_BxLxD = residual(
+          x_BxLxD, lambda h: cross_attend(h, encoded_BxSxD, q_segment_ids=query_segments,
+                                          kv_segment_ids=encoder_segment_ids_BxS, deterministic=deterministic),
+          norm=nn.LayerNorm(name="cross_attention_norm"), **sub)
+    feed_forward = FeedForward(cfg, name="feed_forward")
+    return residual(x_BxLxD, lambda h: feed_forward(h, deterministic=deterministic),
+                    norm=nn.LayerNorm(name="feed_forward_norm"), **sub)
+
+
+class EncoderLayer(TransformerLayer):
+  """Encoder layer: bidirectional self-attention + feed-forward."""
+  causal: bool = False
+
+
+class DecoderLayer(TransformerLayer):
+  """Decoder layer: masked self-attention + encoder-decoder attention + feed-forward (none for the LM)."""
+  causal: bool = True
+
+
+class Encoder(nn.Module):
+  """Embedding + positions + dropout, N encoder layers, final LayerNorm for pre-LN."""
+  config: TransformerConfig
+  embed: nn.Module
+
+  @nn.compact
+  def __call__(self, inputs_BxS, *, positions_BxS=None, segmentation_BxS=None, deterministic=True):
+    cfg = self.config
+    segment_ids_BxS = segments_or_padding(inputs_BxS, segmentation_BxS)
+    x_BxSxD = AddPositions(cfg, name="positions")(self.embed(inputs_BxS), positions_BxS)
+    x_BxSxD = nn.Dropout(cfg.dropout_rate)(x_BxSxD, deterministic=deterministic)
+    for i in range(cfg.num_encoder_layers):
+      x_BxSxD = EncoderLayer(cfg, name=f"layer_{i}")(x_BxSxD, segment_ids_BxL=segment_ids_BxS,
+                                                      positions_BxL=positions_BxS, deterministic=deterministic)
+    return nn.LayerNorm(name="final_norm")(x_BxSxD) if cfg.norm == "pre" else x_BxSxD
+
+
+class Decoder(nn.Module):
+  """Shifted target embedding + positions, N decoder layers, output projection to vocabulary logits.
+
+  With `encoded=None` the layers have no encoder-decoder attention: the decoder-only language model.
+  """
+  config: TransformerConfig
+  embed: nn.Module
+
+  @nn.compact
+  def __call__(self, targets_BxT, encoded_BxSxD=None, *, positions_BxT=None, segmentation_BxT=None,
+               encoder_segment_ids_BxS=None, deterministic=True, decode=False):
+    cfg = self.config
+    if decode:  # the caller feeds the previous token; the cache holds the rest.
+      y_BxT, segment_ids_BxT, positions_BxT = targets_BxT, None, None
+    else:
+      y_BxT = shift_right(targets_BxT, segmentation_BxT)
+      segment_ids_BxT = segments_or_padding(targets_BxT, segmentation_BxT)
+    y_BxTxD = AddPositions(cfg, name="positions")(self.embed(y_BxT), positions_BxT, decode=decode)
+    y_BxTxD = nn.Dropout(cfg.dropout_rate)(y_BxTxD, deterministic=deterministic)
+    for i in range(cfg.num_decoder_layers):
+      y_BxTxD = DecoderLayer(cfg, name=f"layer_{i}")(
+          y_BxTxD, encoded_BxSxD, segment_ids_BxL=segment_ids_BxT, positions_BxL=positions_BxT,
+          encoder_segment_ids_BxS=encoder_segment_ids_BxS, deterministic=deterministic, decode=decode)
+    if cfg.norm == "pre":
+      y_BxTxD = nn.LayerNorm(name="final_norm")(y_BxTxD)
+    if cfg.tie_output_embedding:
+      logits_BxTxV = self.embed.attend(y_BxTxD)
+    else:
+      logits_BxTxV = nn.Dense(cfg.vocab_size, dtype=cfg.dtype, name="logits")(y_BxTxD)
+    return logits_BxTxV.astype(jnp.float32)
+
+
+class Transformer(nn.Module):
+  """The encoder-decoder Transformer; `__call__` is teacher-forced, `encode`/`decode` serve decoding."""
+  config: TransformerConfig
+
+  def setup(self):
+    cfg = self.config
+    if cfg.share_embeddings:
+      source_embed = target_embed = Embed(cfg.vocab_size, cfg.d_model, cfg.dtype, name="shared_embedding")
+    else:
+      source_embed = Embed(cfg.vocab_size, cfg.d_model, cfg.dtype, name="source_embedding")
+      target_embed = Embed(cfg.vocab_size, cfg.d_model, cfg.dtype, name="target_embedding")
+    self.encoder = Encoder(cfg, source_embed)
+    self.decoder = Decoder(cfg, target_embed)
+
+  def encode(self, inputs, *, inputs_positions=None, inputs_segmentation=None, deterministic=True):
+    """`[B, S]` source ids -> encoder output `[B, S, D]`."""
+    return self.encoder(inputs, positions_BxS=inputs_positions, segmentation_BxS=inputs_segmentation,
+                        deterministic=deterministic)
+
+  def decode(self, encoded, inputs, targets, *, targets_positions=None, inputs_segmentation=None,
+             targets_segmentation=None, deterministic=True, decode=False):
+    """Logits `[B, T, V]` for `targets` `[B, T]` given `encoded` `[B, S, D]` of source ids `inputs` `[B, S]`.
+
+    With `decode=True` (apply with `mutable=["cache"]`), `targets` is the previous token `[B, 1]`.
+    """
+    return self.decoder(targets, encoded, positions_BxT=targets_positions, segmentation_BxT=targets_segmentation,
+                        encoder_segment_ids_BxS=segments_or_padding(inputs, inputs_segmentation),
+                        deterministic=deterministic, decode=decode)
+
+  def __call__(self, inputs, targets, *, inputs_positions=None, targets_positions=None, inputs_segmentation=None,
+               targets_segmentation=None, deterministic=True):
+    """Teacher-forced logits `[B, T, V]` for source `inputs` `[B, S]` and `targets` `[B, T]` (shifted inside)."""
+    encoded = self.encode(inputs, inputs_positions=inputs_positions, inputs_segmentation=inputs_segmentation,
+                          deterministic=deterministic)
+    return self.decode(encoded, inputs, targets, targets_positions=targets_positions,
+                       inputs_segmentation=inputs_segmentation, targets_segmentation=targets_segmentation,
+                       deterministic=deterministic)

@@ -1,0 +1,1 @@
+"""Pure jax.numpy building blocks: no Flax, no state, nothing else of jformer imported."""

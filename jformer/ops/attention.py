@@ -1,0 +1,73 @@
+"""Scaled dot-product attention (the reference) and multi-head split/merge.
+
+Shapes use B=batch, T=query length, S=key/value length, H=heads, D=head dim.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def dot_product_attention(
+    query: jax.Array,
+    key: jax.Array,
+    value: jax.Array,
+    *,
+    mask: jax.Array | None = None,
+    bias: jax.Array | None = None,
+    scale: float | None = None,
+    dropout_rate: float = 0.0,
+    dropout_rng: jax.Array | None = None,
+) -> jax.Array:
+  """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V  (paper eq. 1), per head.
+
+  Args:
+    query: `[B, T, H, D]`.
+    key: `[B, S, H, D]`.
+    value: `[B, S, H, Dv]`.
+    mask: boolean, broadcastable to `[B, H, T, S]`; True = the query may attend to the key.
+    bias: additive logits bias, broadcastable to `[B, H, T, S]` (ALiBi, relative positions).
+    scale: logits scale; defaults to `1 / sqrt(D)`.
+    dropout_rate: dropout on the attention weights (needs `dropout_rng` when > 0).
+    dropout_rng: PRNG key for that dropout.
+
+  Returns:
+    `[B, T, H, Dv]`. A query whose keys are all masked gets the mean of the values (finite, never NaN).
+  """
+  if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
+    raise ValueError(
+        f"dot_product_attention expects [batch, length, heads, head_dim] arrays; got query {query.shape}, "
+        f"key {key.shape}, value {value.shape}")
+  if query.shape[-1] != key.shape[-1] or key.shape[:3] != value.shape[:3]:
+    raise ValueError(f"query {query.shape}, key {key.shape} and value {value.shape} do not match: "
+                     "query and key need the same head_dim, key and value the same [batch, length, heads]")
+  if scale is None:
+    scale = query.shape[-1] ** -0.5
+  logits_BxHxTxS = jnp.einsum("bthd,bshd->bhts", query * jnp.asarray(scale, query.dtype), key)
+  logits_BxHxTxS = logits_BxHxTxS.astype(jnp.float32)
+  if bias is not None:
+    logits_BxHxTxS = logits_BxHxTxS + bias.astype(jnp.float32)
+  if mask is not None:
+    logits_BxHxTxS = jnp.where(mask, logits_BxHxTxS, jnp.finfo(jnp.float32).min)
+  weights_BxHxTxS = jax.nn.softmax(logits_BxHxTxS, axis=-1).astype(value.dtype)
+  if dropout_rate > 0.0:
+    if dropout_rng is None:
+      raise ValueError("dropout_rate > 0 needs a dropout_rng")
+    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights_BxHxTxS.shape)
+    weights_BxHxTxS = jnp.where(keep, weights_BxHxTxS / (1.0 - dropout_rate), 0.0).astype(value.dtype)
+  return jnp.einsum("bhts,bshd->bthd", weights_BxHxTxS, value)
+
+
+def split_heads(x_BxLxF: jax.Array, num_heads: int) -> jax.Array:
+  """`[B, L, H*D]` -> `[B, L, H, D]`."""
+  batch, length, features = x_BxLxF.shape
+  if features % num_heads:
+    raise ValueError(f"feature size {features} is not divisible by num_heads={num_heads}")
+  return x_BxLxF.reshape(batch, length, num_heads, features // num_heads)
+
+
+def merge_heads(x_BxLxHxD: jax.Array) -> jax.Array:
+  """`[B, L, H, D]` -> `[B, L, H*D]` (the Concat(head_1, ..., head_h) of eq. 4 before W^O)."""
+  batch, length, heads, head_dim = x_BxLxHxD.shape
+  return x_BxLxHxD.reshape(batch, length, heads * head_dim)

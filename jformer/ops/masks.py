@@ -1,0 +1,106 @@
+"""Boolean attention masks, broadcastable to `[B, H, T, S]`; True = the query may attend to the key.
+
+Every mask here has shape `[B, 1, T, S]` (or `[1, 1, T, S]` without a batch), so masks combine with `&`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+PAD_ID = 0
+
+
+def causal_mask(q_positions: jax.Array, kv_positions: jax.Array | None = None) -> jax.Array:
+  """Key j is visible to query i iff position(j) <= position(i) (decoder self-attention, paper Sec. 3.2.3).
+
+  Args:
+    q_positions: `[B, T]` (or `[T]`) integer positions of the queries; an int `length` means `arange(length)`.
+    kv_positions: `[B, S]` (or `[S]`) positions of the keys; defaults to `q_positions`.
+
+  Returns:
+    `[B, 1, T, S]` (`[1, 1, T, S]` for 1-D positions).
+  """
+  q_pos = _as_positions(q_positions)
+  kv_pos = q_pos if kv_positions is None else _as_positions(kv_positions)
+  return kv_pos[:, None, None, :] <= q_pos[:, None, :, None]
+
+
+def padding_mask(q_tokens: jax.Array, kv_tokens: jax.Array | None = None, pad_id: int = PAD_ID) -> jax.Array:
+  """Mask out padding: query i may attend key j iff both tokens are not `pad_id`.
+
+  Args:
+    q_tokens: `[B, T]` token ids.
+    kv_tokens: `[B, S]` token ids; defaults to `q_tokens` (self-attention).
+
+  Returns:
+    `[B, 1, T, S]`.
+  """
+  kv_tokens = q_tokens if kv_tokens is None else kv_tokens
+  return (q_tokens != pad_id)[:, None, :, None] & (kv_tokens != pad_id)[:, None, None, :]
+
+
+def segment_mask(q_segment_ids: jax.Array, kv_segment_ids: jax.Array | None = None) -> jax.Array:
+  """Packed sequences: query i may attend key j iff they belong to the same non-zero segment.
+
+  Segment id 0 marks padding, so this mask is also the padding mask of unpacked rows (ids = tokens != 0).
+
+  Args:
+    q_segment_ids: `[B, T]` ints.
+    kv_segment_ids: `[B, S]` ints; defaults to `q_segment_ids`.
+
+  Returns:
+    `[B, 1, T, S]`.
+  """
+  kv_segment_ids = q_segment_ids if kv_segment_ids is None else kv_segment_ids
+  same = q_segment_ids[:, None, :, None] == kv_segment_ids[:, None, None, :]
+  return same & (kv_segment_ids != 0)[:, None, None, :]
+
+
+def combine_masks(*masks: jax.Array | None) -> jax.Array | None:
+  """Logical AND of the given masks (None entries are ignored); None when all are None."""
+  present = [m for m in masks if m is not None]
+  if not present:
+    return None
+  combined = present[0]
+  for m in present[1:]:
+    combined = combined & m
+  return combined
+
+
+def _as_positions(positions) -> jax.Array:
+  if isinstance(positions, int):
+    positions = jnp.arange(positions)
+  positions = jnp.asarray(positions)
+  return positions[None, :] if positions.ndim == 1 else positions
+
+
+def attention_mask(
+    q_len: int,
+    kv_len: int,
+    *,
+    causal: bool = False,
+    q_segment_ids: jax.Array | None = None,
+    kv_segment_ids: jax.Array | None = None,
+    q_positions: jax.Array | None = None,
+    kv_positions: jax.Array | None = None,
+    mask: jax.Array | None = None,
+) -> jax.Array | None:
+  """The full boolean mask that the attention-variant arguments describe (see `jformer.attention`).
+
+  Key j is visible to query i iff segments match and are non-zero (when segment ids are given), position(j)
+  <= position(i) (when `causal`; positions default to `arange`), and `mask` allows it (when given).
+
+  Returns:
+    `[B or 1, 1 or H, T, S]` boolean, or None when nothing is masked.
+  """
+  segments = None
+  if q_segment_ids is not None or kv_segment_ids is not None:
+    if q_segment_ids is None or kv_segment_ids is None:
+      raise ValueError("q_segment_ids and kv_segment_ids must be given together")
+    segments = segment_mask(q_segment_ids, kv_segment_ids)
+  causal_part = None
+  if causal:
+    causal_part = causal_mask(q_len if q_positions is None else q_positions,
+                              kv_len if kv_positions is None else kv_positions)
+  return combine_masks(segments, causal_part, mask)

@@ -1,0 +1,49 @@
+"""The `jformer` command: help, summary figures against the paper, override errors."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from jformer import main
+
+
+def run(*args, cwd):
+  return subprocess.run([sys.executable, "-m", "jformer.main", *args], cwd=cwd, capture_output=True, text=True,
+                        timeout=300)
+
+
+def test_help_lists_commands(repo_root):
+  result = run("--help", cwd=repo_root)
+  assert result.returncode == 0
+  assert "summary" in result.stdout and "attention" in result.stdout
+
+
+@pytest.mark.parametrize("config_file, paper_millions", [("transformer_base.py", 65), ("transformer_big.py", 213)])
+def test_summary_matches_paper_parameter_counts(config_file, paper_millions, repo_root, capsys):
+  main.main(["summary", f"--config={repo_root / 'configs' / config_file}"])
+  out = capsys.readouterr().out
+  total = int(re.search(r"^total\s+([\d,]+)$", out, re.M).group(1).replace(",", ""))
+  assert abs(total / 1e6 - paper_millions) / paper_millions < 0.05, total
+  assert re.search(r"^\s+layer_5\s+[\d,]+$", out, re.M)  # per-layer rows.
+
+
+def test_summary_forward_and_override(repo_root, capsys):
+  main.main(["summary", f"--config={repo_root / 'configs' / 'demo.py'}", "--forward", "--config.model.d_model=128"])
+  out = capsys.readouterr().out
+  assert "logits (2, 32, 8000)" in out and "finite=True" in out
+
+
+def test_bad_override_exits_with_message(repo_root):
+  result = run("summary", "--config=configs/demo.py", "--config.model.num_head=2", cwd=repo_root)
+  assert result.returncode != 0
+  assert "did you mean 'model.num_heads'" in result.stderr
+  result = run("summary", "--config=configs/demo.py", "--bogus", cwd=repo_root)
+  assert result.returncode != 0 and "unrecognised argument '--bogus'" in result.stderr
+
+
+def test_attention_list(capsys):
+  main.main(["attention", "list"])
+  out = capsys.readouterr().out
+  assert out.startswith("dot_product") and "xla" in out

@@ -1,0 +1,69 @@
+"""Config loading: overrides with types, unknown keys with the nearest suggestion, invalid combinations."""
+
+import pytest
+
+from jformer import config as config_lib
+
+
+@pytest.fixture
+def demo(repo_root):
+  return repo_root / "configs" / "demo.py"
+
+
+def test_overrides_from_command_line_strings_are_typed(demo):
+  config = config_lib.load(demo, {"model.num_heads": "8", "model.dropout_rate": "0", "model.share_embeddings":
+                                  "false", "model.norm": "pre"})
+  assert config.model.num_heads == 8 and isinstance(config.model.num_heads, int)
+  assert config.model.dropout_rate == 0.0 and isinstance(config.model.dropout_rate, float)
+  assert config.model.share_embeddings is False
+  assert config.model.norm == "pre"
+
+
+def test_unknown_key_names_the_nearest_known_key(demo):
+  with pytest.raises(KeyError, match="unknown config key 'model.num_head'; did you mean 'model.num_heads'"):
+    config_lib.load(demo, {"model.num_head": 4})
+  with pytest.raises(KeyError, match="unknown config key 'modle'; did you mean 'model'"):
+    config_lib.load(demo, {"modle.d_model": 4})
+
+
+def test_wrong_types_are_rejected(demo):
+  with pytest.raises(TypeError, match="model.num_heads' is a int"):
+    config_lib.load(demo, {"model.num_heads": "many"})
+  with pytest.raises(ValueError, match="is a bool"):
+    config_lib.load(demo, {"model.share_embeddings": "maybe"})
+
+
+@pytest.mark.parametrize("overrides, reason", [
+    ({"model.num_heads": 3}, "d_model=256 is not divisible by num_heads=3"),
+    ({"model.positional": "fourier"}, "positional='fourier' is not one of"),
+    ({"model.norm": "sandwich"}, "norm='sandwich'"),
+    ({"model.attention": "magic"}, r"unknown attention variant 'magic'; known variants: \['dot_product'"),
+    ({"model.attention": "xla", "model.attention_dropout_rate": 0.1}, r"'xla' does not support \['dropout'\]"),
+    ({"model.attention_options.chunk_size": 64}, r"'dot_product' has no option\(s\) \['chunk_size'\]"),
+    ({"model.architecture": "rnn"}, "model.architecture='rnn' is unknown"),
+    ({"model.dtype": "float8"}, "model.dtype='float8'"),
+])
+def test_invalid_combinations_fail_at_load(demo, overrides, reason):
+  with pytest.raises(ValueError, match=reason):
+    config_lib.load(demo, overrides)
+
+
+def test_loaded_config_is_locked_and_flattens(demo):
+  config = config_lib.load(demo)
+  with pytest.raises(AttributeError):
+    config.model.new_field = 1
+  flat = config_lib.flatten(config)
+  assert flat["model.d_model"] == 256 and "model.attention_options" in flat
+
+
+def test_config_argument_and_missing_file(tmp_path):
+  file = tmp_path / "c.py"
+  file.write_text("from jformer.config import base_config\n"
+                  "def get_config(size='small'):\n"
+                  "  c = base_config()\n"
+                  "  c.model.d_model = {'small': 64, 'large': 128}[size]\n"
+                  "  return c\n")
+  assert config_lib.load(f"{file}:large").model.d_model == 128
+  assert config_lib.load(file).model.d_model == 64
+  with pytest.raises(FileNotFoundError, match="does not exist"):
+    config_lib.load(tmp_path / "nope.py")

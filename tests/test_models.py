@@ -1,0 +1,181 @@
+"""The Transformer's invariances: causality, padding, permutation, caching, packing; every config runs."""
+
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jformer import config as config_lib
+from jformer import models
+
+CONFIGS = sorted(p.name for p in (pathlib.Path(__file__).resolve().parents[1] / "configs").glob("*.py"))
+
+
+def tiny(**overrides):
+  base = {"model.vocab_size": 50, "model.d_model": 32, "model.num_heads": 4, "model.d_ff": 64,
+          "model.num_encoder_layers": 2, "model.num_decoder_layers": 2, "model.max_length": 32}
+  base.update(overrides)
+  config = config_lib.load(pathlib.Path(__file__).resolve().parents[1] / "configs" / "demo.py", base)
+  return models.build(config)
+
+
+def init(model, inputs, targets, seed=0):
+  return model.init(jax.random.PRNGKey(seed), inputs, targets)
+
+
+def tokens(seed, shape, vocab=50):
+  return jax.random.randint(jax.random.PRNGKey(seed), shape, 1, vocab)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary"])
+def test_decoder_is_causal(norm, positional):
+  model = tiny(**{"model.norm": norm, "model.positional": positional})
+  x, y = tokens(0, (2, 6)), tokens(1, (2, 7))
+  params = init(model, x, y)
+  base = model.apply(params, x, y)
+  for j in range(7):
+    changed = model.apply(params, x, y.at[:, j].set(y[:, j] % 49 + 1))
+    np.testing.assert_allclose(changed[:, :j + 1], base[:, :j + 1], atol=1e-5)  # logits <= j: unchanged.
+    if j < 6:
+      assert np.abs(np.asarray(changed[:, j + 1:] - base[:, j + 1:])).max() > 1e-4
+
+
+def test_causality_by_gradient():
+  """d logits[:, i] / d (embedding of target token j) is zero for j >= i: target j feeds decoder input j+1."""
+  model = tiny(**{"model.share_embeddings": False, "model.tie_output_embedding": False})
+  x = tokens(0, (1, 5))
+  y = jnp.array([[11, 12, 13, 14, 15, 16]])  # distinct tokens, so each embedding row is one position.
+  params = init(model, x, y)
+  embed = params["params"]["target_embedding"]["embedding"]
+
+  def logits_sum_at(i):
+    def run(delta):
+      perturbed = {"params": dict(params["params"], target_embedding={"embedding": embed + delta})}
+      return model.apply(perturbed, x, y)[0, i].sum()
+    return jax.grad(run)(jnp.zeros_like(embed))
+
+  for i in range(6):
+    grad = np.asarray(logits_sum_at(i))
+    for j in range(6):
+      influence = np.abs(grad[int(y[0, j])]).max()
+      if j >= i:
+        assert influence == 0.0, (i, j)
+      else:
+        assert influence > 0.0, (i, j)
+
+
+def test_source_padding_invariance():
+  model = tiny()
+  x, y = tokens(0, (2, 5)), tokens(1, (2, 4))
+  params = init(model, x, y)
+  base = model.apply(params, x, y)
+  padded = jnp.pad(x, ((0, 0), (0, 4)))
+  np.testing.assert_allclose(model.apply(params, padded, y), base, atol=1e-5)
+
+
+def test_target_padding_does_not_change_real_positions():
+  model = tiny()
+  x, y = tokens(0, (2, 5)), tokens(1, (2, 4))
+  params = init(model, x, y)
+  base = model.apply(params, x, y)
+  np.testing.assert_allclose(model.apply(params, x, jnp.pad(y, ((0, 0), (0, 3))))[:, :4], base, atol=1e-5)
+
+
+def test_encoder_without_positions_is_permutation_equivariant():
+  model = tiny(**{"model.positional": "none"})
+  x, y = tokens(0, (2, 6)), tokens(1, (2, 4))
+  params = init(model, x, y)
+  perm = np.array([3, 0, 5, 1, 4, 2])
+  enc = model.apply(params, x, method=model.encode)
+  np.testing.assert_allclose(model.apply(params, x[:, perm], method=model.encode), enc[:, perm], atol=1e-5)
+  # ... and the decoder output does not depend on source order at all.
+  np.testing.assert_allclose(model.apply(params, x[:, perm], y), model.apply(params, x, y), atol=1e-5)
+
+
+def test_encoder_with_positions_is_not_permutation_equivariant():
+  model = tiny()
+  x, y = tokens(0, (2, 6)), tokens(1, (2, 4))
+  params = init(model, x, y)
+  perm = np.array([3, 0, 5, 1, 4, 2])
+  enc = model.apply(params, x, method=model.encode)
+  assert np.abs(np.asarray(model.apply(params, x[:, perm], method=model.encode) - enc[:, perm])).max() > 1e-3
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary", "none"])
+def test_cached_decoding_equals_full_forward(positional):
+  model = tiny(**{"model.positional": positional, "model.norm": "pre"})
+  x, y = tokens(0, (2, 6)).at[1, 4:].set(0), tokens(1, (2, 5))
+  params = init(model, x, y)
+  full = model.apply(params, x, y)
+  encoded = model.apply(params, x, method=model.encode)
+  cache = model.init(jax.random.PRNGKey(0), encoded, x, y, decode=True, method=model.decode)["cache"]
+  previous = jnp.pad(y, ((0, 0), (1, 0)))[:, :-1]
+  steps = []
+  for t in range(y.shape[1]):
+    logits, mutated = model.apply({"params": params["params"], "cache": cache}, encoded, x, previous[:, t:t + 1],
+                                  decode=True, method=model.decode, mutable=["cache"])
+    cache = mutated["cache"]
+    steps.append(logits)
+  np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, atol=1e-4)
+
+
+def test_packed_rows_equal_separate_examples():
+  model = tiny(**{"model.positional": "rotary"})
+  xa, ya, xb, yb = tokens(0, (1, 3)), tokens(1, (1, 4)), tokens(2, (1, 4)), tokens(3, (1, 2))
+  params = init(model, xa, ya)
+  packed = model.apply(
+      params, jnp.concatenate([xa, xb, jnp.zeros((1, 1), jnp.int32)], 1), jnp.concatenate([ya, yb], 1),
+      inputs_segmentation=jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]]), targets_segmentation=jnp.array([[1] * 4 + [2] * 2]),
+      inputs_positions=jnp.array([[0, 1, 2, 0, 1, 2, 3, 0]]), targets_positions=jnp.array([[0, 1, 2, 3, 0, 1]]))
+  np.testing.assert_allclose(packed[:, :4], model.apply(params, xa, ya), atol=1e-5)
+  np.testing.assert_allclose(packed[:, 4:], model.apply(params, xb, yb), atol=1e-5)
+
+
+def test_dropout_is_active_only_when_not_deterministic():
+  model = tiny()
+  x, y = tokens(0, (2, 5)), tokens(1, (2, 4))
+  params = init(model, x, y)
+  a = model.apply(params, x, y, deterministic=False, rngs={"dropout": jax.random.PRNGKey(1)})
+  b = model.apply(params, x, y, deterministic=False, rngs={"dropout": jax.random.PRNGKey(2)})
+  assert np.abs(np.asarray(a - b)).max() > 1e-3
+  np.testing.assert_array_equal(model.apply(params, x, y), model.apply(params, x, y))
+
+
+def test_embedding_sharing_options_change_parameters():
+  x = tokens(0, (1, 3))
+  shared = jax.eval_shape(lambda: init(tiny(), x, x))["params"]
+  separate = jax.eval_shape(
+      lambda: init(tiny(**{"model.share_embeddings": False, "model.tie_output_embedding": False}), x, x))["params"]
+  assert "shared_embedding" in shared and "logits" not in shared["decoder"]
+  assert {"source_embedding", "target_embedding"} <= set(separate) and "logits" in separate["decoder"]
+
+
+def test_sequence_longer_than_max_length_is_an_error():
+  model = tiny()
+  with pytest.raises(ValueError, match="exceeds model.max_length=32"):
+    init(model, tokens(0, (1, 40)), tokens(1, (1, 3)))
+
+
+def test_language_model_is_causal():
+  model = tiny(**{"model.architecture": "lm"})
+  y = tokens(1, (2, 7))
+  params = model.init(jax.random.PRNGKey(0), y)
+  assert "cross_attention" not in params["params"]["decoder"]["layer_0"]
+  base = model.apply(params, y)
+  changed = model.apply(params, y.at[:, 3].set(y[:, 3] % 49 + 1))
+  np.testing.assert_allclose(changed[:, :4], base[:, :4], atol=1e-5)
+  assert np.abs(np.asarray(changed[:, 4:] - base[:, 4:])).max() > 1e-4
+
+
+@pytest.mark.parametrize("config_file", CONFIGS)
+def test_every_config_builds_and_runs_forward(config_file, repo_root):
+  config = config_lib.load(repo_root / "configs" / config_file)
+  model = models.build(config)
+  x = jnp.ones((1, 8), jnp.int32)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), x, x)
+  logits = jax.jit(model.apply)(params, x, x)
+  assert logits.shape == (1, 8, config.model.vocab_size)
+  assert np.isfinite(np.asarray(logits)).all()
