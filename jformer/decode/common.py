@@ -1,0 +1,106 @@
+"""Pieces shared by the decoders: the model-call convention, cache tiling and gathering, per-row length limits,
+and the one-token-per-row loop behind greedy search and sampling.
+
+Model-call convention (`TokensToLogits`): `tokens_to_logits(ids, cache) -> (logits, new_cache)` where `ids` is
+int32 `[N, 1]` (the previous token of each of N flat rows; the first step gets `BOS_ID`), `logits` is `[N, vocab]`
+for the next token, and `cache` is any pytree whose leaves with ndim >= 1 are row-wise (leading dimension N) while
+scalar leaves (e.g. a shared cache index) belong to all rows and are never tiled or gathered.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+PyTree = Any
+TokensToLogits = Callable[[jax.Array, PyTree], tuple[jax.Array, PyTree]]
+# pick(logits float32 [N, vocab], step int32 scalar) -> next token ids [N].
+TokenPicker = Callable[[jax.Array, jax.Array], jax.Array]
+
+PAD_ID = 0
+BOS_ID = 0
+EOS_ID = 1
+# "Effectively minus infinity": finite, so sums and differences of masked scores stay finite.
+NEG_INF = -1.0e7
+
+
+def flat_batch_beam_expand(x: jax.Array, beam_size: int) -> jax.Array:
+  """`[B, ...] -> [B * beam_size, ...]`: row b becomes rows `b * beam_size ... b * beam_size + beam_size - 1`."""
+  return jnp.repeat(x, beam_size, axis=0)
+
+
+def expand_cache(cache: PyTree, beam_size: int) -> PyTree:
+  """`flat_batch_beam_expand` on every row-wise leaf of `cache`; scalar leaves pass through unchanged."""
+  return jax.tree.map(lambda x: x if jnp.ndim(x) == 0 else flat_batch_beam_expand(x, beam_size), cache)
+
+
+def gather_cache_rows(cache: PyTree, rows: jax.Array) -> PyTree:
+  """Row `r` of every row-wise leaf becomes row `rows[r]` of the input; scalar leaves pass through unchanged."""
+  return jax.tree.map(lambda x: x if jnp.ndim(x) == 0 else x[rows], cache)
+
+
+def row_limits(max_lengths: jax.Array | None, batch_size: int, max_decode_len: int) -> jax.Array:
+  """int32 `[B]`: the length (EOS included) at which each row is forced to emit EOS.
+
+  `None` gives `max_decode_len + 1` everywhere, a length never reached: rows are then simply cut at
+  `max_decode_len`. Limits below 1 count as 1 (the row emits EOS at once).
+  """
+  if max_lengths is None:
+    return jnp.full((batch_size,), max_decode_len + 1, jnp.int32)
+  limits = jnp.asarray(max_lengths, jnp.int32)
+  if limits.shape != (batch_size,):
+    raise ValueError(f"max_lengths must have shape ({batch_size},), got {limits.shape}")
+  return jnp.maximum(limits, 1)
+
+
+def model_step(tokens_to_logits: TokensToLogits, last_ids: jax.Array, cache: PyTree) -> tuple[jax.Array, PyTree]:
+  """One model call on the previous token of each of N flat rows: `last_ids [N]` -> (float32 `[N, vocab]`, cache)."""
+  n = last_ids.shape[0]
+  logits, new_cache = tokens_to_logits(last_ids.astype(jnp.int32)[:, None], cache)
+  if logits.ndim != 2 or logits.shape[0] != n:
+    raise ValueError(f"tokens_to_logits must return logits of shape [{n}, vocab], got {logits.shape}")
+  return logits.astype(jnp.float32), new_cache
+
+
+def decode_loop(
+    tokens_to_logits: TokensToLogits,
+    cache: PyTree,
+    pick: TokenPicker,
+    *,
+    batch_size: int,
+    max_decode_len: int,
+    eos_id: int = EOS_ID,
+    max_lengths: jax.Array | None = None,
+) -> jax.Array:
+  """One token per row per step, chosen by `pick`, until every row emitted EOS or `max_decode_len` tokens.
+
+  EOS is forced at each row's `max_lengths` limit; a row emits `PAD_ID` after its EOS.
+
+  Returns:
+    int32 `[batch_size, max_decode_len]`, without the leading BOS.
+  """
+  limits = row_limits(max_lengths, batch_size, max_decode_len)
+
+  def not_done(state):
+    step, _, _, done, _ = state
+    return (step < max_decode_len) & ~jnp.all(done)
+
+  def body(state):
+    step, seqs, last, done, cache = state
+    logits, cache = model_step(tokens_to_logits, last, cache)
+    token = pick(logits, step).astype(jnp.int32)
+    token = jnp.where(step + 1 >= limits, eos_id, token)
+    token = jnp.where(done, PAD_ID, token)
+    seqs = seqs.at[:, step].set(token)
+    return step + 1, seqs, token, done | (token == eos_id), cache
+
+  init = (
+      jnp.int32(0),
+      jnp.full((batch_size, max_decode_len), PAD_ID, jnp.int32),
+      jnp.full((batch_size,), BOS_ID, jnp.int32),
+      jnp.zeros((batch_size,), bool),
+      cache,
+  )
+  return jax.lax.while_loop(not_done, body, init)[1]

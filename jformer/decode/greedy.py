@@ -1,0 +1,41 @@
+"""Greedy decoding: the most probable next token of each row, until EOS."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jformer.decode.common import EOS_ID, PyTree, TokensToLogits, decode_loop
+
+
+def argmax_picker(logits: jax.Array, step: jax.Array) -> jax.Array:
+  """The token picker of greedy search: the arg-max of each row's logits (the lowest id on ties)."""
+  del step
+  return jnp.argmax(logits, axis=-1)
+
+
+def greedy_search(
+    tokens_to_logits: TokensToLogits,
+    cache: PyTree,
+    *,
+    batch_size: int,
+    max_decode_len: int,
+    eos_id: int = EOS_ID,
+    max_lengths: jax.Array | None = None,
+) -> jax.Array:
+  """Greedy decoding; stops as soon as every row emitted EOS.
+
+  Args:
+    tokens_to_logits: the model step, see `jformer.decode.common`.
+    cache: the model cache for `batch_size` rows.
+    batch_size: number of rows B.
+    max_decode_len: static number of output positions.
+    eos_id: end-of-sequence id.
+    max_lengths: optional int `[B]`: row b emits EOS at the latest as its `max_lengths[b]`-th token.
+
+  Returns:
+    int32 `[B, max_decode_len]`, without the leading BOS, padded with 0 after EOS (rows that reach
+    `max_decode_len` without EOS are cut there).
+  """
+  return decode_loop(tokens_to_logits, cache, argmax_picker, batch_size=batch_size,
+                     max_decode_len=max_decode_len, eos_id=eos_id, max_lengths=max_lengths)
