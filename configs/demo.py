@@ -1,4 +1,11 @@
-"""A small Transformer that trains in minutes on 2 CPU cores on the bundled English-German corpus."""
+"""A small Transformer that trains in about 13 minutes on 2 CPU cores on the bundled English-German corpus.
+
+    jformer train --config=configs/demo.py --workdir=runs/demo
+
+Shrinks the paper's base model (Table 3) to fit a laptop: d_model 256, 3+3 layers, an 8k shared
+SentencePiece vocabulary, packed rows of 64 tokens; a short warm-up and a higher peak learning rate
+(same schedule, eq. 3) because the run is short; no dropout, since one pass over 111k pairs does not overfit.
+"""
 
 from jformer.config import base_config
 
@@ -12,6 +19,16 @@ def get_config():
   model.d_ff = 1024
   model.num_encoder_layers = 3
   model.num_decoder_layers = 3
-  model.dropout_rate = 0.1
+  model.dropout_rate = 0.0  # Under-trained regime: dropout only slows learning (and costs ~20% of step time).
   model.max_length = 128
+
+  config.data.max_length = 64  # Packed rows of 64 tokens; 1.1% of pairs are longer and dropped.
+  config.data.batch_size = 64  # 64 rows x 64 tokens per step.
+
+  config.optimizer.warmup_steps = 300  # Peak lr = 256^-0.5 * 300^-0.5 = 3.6e-3 at step 300.
+
+  config.train.steps = 600
+  config.train.log_every = 50
+  config.train.eval_every = 200
+  config.train.checkpoint_every = 200
   return config

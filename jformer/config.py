@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import difflib
 import importlib.util
+import json
 import pathlib
 from typing import Any, Mapping
 
@@ -42,6 +43,53 @@ def base_config() -> ml_collections.ConfigDict:
   model.share_embeddings = True  # One embedding matrix for source and target tokens (paper Sec. 3.4).
   model.tie_output_embedding = True  # Pre-softmax projection = target embedding transposed (paper Sec. 3.4).
   model.dtype = "float32"  # Compute dtype: 'float32' or 'bfloat16' (parameters stay float32).
+
+  config.data = data = ml_collections.ConfigDict()
+  data.dataset = "parallel_text"  # Dataset name from the registry (`jformer.data.available_datasets()`).
+  data.path = ""  # parallel_text: folder of {train,valid,test}.{src,tgt}; "" = the bundled gettext en-de corpus.
+  data.data_dir = ""  # tfds data dir (prepared ArrayRecord files); "" = <workdir>/tfds.
+  data.source_lang = "en"  # Source language (wmt datasets); translation direction source -> target.
+  data.target_lang = "de"  # Target language.
+  data.vocab_path = ""  # SentencePiece model to use; "" = train one into <workdir>/vocab/ (reused on resume).
+  data.spm_max_sentences = 1_000_000  # Sentences sampled to train the SentencePiece model.
+  data.max_length = 64  # Tokens per training row (and per example side); eval/test sources are truncated.
+  data.long_examples = "drop"  # Training pairs longer than max_length: 'drop' or 'truncate' (counted, logged).
+  data.packing = True  # Pack several pairs per row (segment ids + positions) instead of padding.
+  data.batch_size = 64  # Rows per training step, summed over all devices and hosts.
+  data.eval_batch_size = 64  # Rows per eval batch, summed over all devices and hosts.
+  data.seed = 0  # Shuffle seed (the data order is part of the checkpoint).
+
+  config.optimizer = optimizer = ml_collections.ConfigDict()
+  optimizer.learning_rate_scale = 1.0  # lr = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (eq. 3).
+  optimizer.warmup_steps = 4000  # Paper: 4000.
+  optimizer.b1 = 0.9  # Adam beta1 (paper: 0.9).
+  optimizer.b2 = 0.98  # Adam beta2 (paper: 0.98).
+  optimizer.eps = 1e-9  # Adam epsilon (paper: 1e-9).
+  optimizer.weight_decay = 0.0  # Decoupled weight decay (AdamW); the paper uses none.
+  optimizer.grad_clip_norm = 0.0  # Clip gradients to this global norm; 0 = off (paper: off).
+
+  config.train = train = ml_collections.ConfigDict()
+  train.steps = 100_000  # Training steps (paper base: 100k, big: 300k).
+  train.seed = 0  # Parameter init and dropout seed.
+  train.label_smoothing = 0.1  # Paper: eps_ls = 0.1.
+  train.grad_accumulation_steps = 1  # Split each batch into this many micro-batches (one update per step).
+  train.log_every = 100  # Steps between progress lines / TensorBoard train scalars.
+  train.eval_every = 1000  # Steps between eval loss/accuracy on the valid split.
+  train.checkpoint_every = 1000  # Steps between checkpoints (one is always written at the end and on SIGTERM).
+  train.keep_checkpoints = 5  # Checkpoints kept (>= average_checkpoints).
+  train.bleu_every = 0  # Steps between test-split BLEU; 0 = only at the end.
+  train.bleu_examples = -1  # Test sentences decoded for BLEU; -1 = all.
+  train.average_checkpoints = 0  # Final BLEU with the mean of the last N checkpoints (paper: 5 base, 20 big).
+
+  config.decode = decode = ml_collections.ConfigDict()
+  decode.method = "beam"  # 'beam' (paper), 'greedy' or 'sample'.
+  decode.beam_size = 4  # Paper: 4.
+  decode.alpha = 0.6  # Length penalty ((5 + len) / 6)^alpha (paper: 0.6).
+  decode.max_extra_length = 50  # Output length limit = source length + this (paper: 50).
+  decode.batch_size = 32  # Sentences decoded together.
+  decode.temperature = 1.0  # Sampling only.
+  decode.top_k = 0  # Sampling only; 0 = off.
+  decode.top_p = 1.0  # Sampling only; 1 = off.
   return config
 
 
@@ -52,6 +100,19 @@ def load(path: str | pathlib.Path, overrides: Mapping[str, Any] | None = None) -
   as typed on a command line (`"16"`, `"true"`, `"(1, 2)"`); strings are converted to the field's type.
   """
   config = _read(path)
+  for dotted_key, value in (overrides or {}).items():
+    set_value(config, dotted_key, value)
+  validate(config)
+  config.lock()
+  return config
+
+
+def load_run(workdir: str | pathlib.Path, overrides: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
+  """The resolved config a training run wrote to `<workdir>/config.json`, with `overrides` applied."""
+  path = pathlib.Path(workdir) / "config.json"
+  if not path.is_file():
+    raise FileNotFoundError(f"{path} does not exist: is '{workdir}' the --workdir of a `jformer train` run?")
+  config = ml_collections.ConfigDict(json.loads(path.read_text()))
   for dotted_key, value in (overrides or {}).items():
     set_value(config, dotted_key, value)
   validate(config)
@@ -82,6 +143,21 @@ def validate(config: ml_collections.ConfigDict) -> None:
   from jformer import models  # Validation of the model section lives with the model.
 
   models.build(config)
+  problems = []
+  if config.data.long_examples not in ("drop", "truncate"):
+    problems.append(f"data.long_examples='{config.data.long_examples}' is not 'drop' or 'truncate'")
+  if config.data.max_length > config.model.max_length:
+    problems.append(f"data.max_length={config.data.max_length} exceeds model.max_length={config.model.max_length}")
+  if config.data.batch_size % config.train.grad_accumulation_steps:
+    problems.append(f"data.batch_size={config.data.batch_size} is not divisible by "
+                    f"train.grad_accumulation_steps={config.train.grad_accumulation_steps}")
+  if config.train.average_checkpoints > config.train.keep_checkpoints:
+    problems.append(f"train.average_checkpoints={config.train.average_checkpoints} needs train.keep_checkpoints "
+                    f">= it (now {config.train.keep_checkpoints})")
+  if config.decode.method not in ("beam", "greedy", "sample"):
+    problems.append(f"decode.method='{config.decode.method}' is not 'beam', 'greedy' or 'sample'")
+  if problems:
+    raise ValueError("invalid config: " + "; ".join(problems))
 
 
 def flatten(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str, Any]:

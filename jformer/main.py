@@ -1,5 +1,8 @@
 """The `jformer` command (also `python -m jformer.main`): sub-commands for every job.
 
+    jformer train --config=configs/demo.py --workdir=runs/demo [--config.train.steps=100 ...]
+    jformer translate --workdir=runs/demo < sentences.en
+    jformer average-checkpoints --workdir=runs/demo --last=5
     jformer summary --config=configs/demo.py [--config.model.num_heads=8 ...]
     jformer attention list
 
@@ -21,6 +24,88 @@ def command(name: str, help_text: str):
     COMMANDS[name] = (fn, help_text)
     return fn
   return wrap
+
+
+def _train_arguments(parser):
+  parser.add_argument("--config", required=True, help="config file, e.g. configs/demo.py")
+  parser.add_argument("--workdir", required=True, help="run folder: checkpoints, logs, results (resumed if present)")
+
+
+@command("train", "train and evaluate a config (resumes from the workdir's checkpoints)")
+def train(args, overrides):
+  from jformer import config as config_lib
+  from jformer.train.loop import train_and_evaluate
+
+  _quiet_logs()
+  train_and_evaluate(config_lib.load(args.config, overrides), args.workdir)
+
+
+train.add_arguments = _train_arguments
+
+
+def _translate_arguments(parser):
+  parser.add_argument("--workdir", required=True, help="the --workdir of a training run")
+  parser.add_argument("--input", default="-", help="file of source lines ('-' = stdin)")
+  parser.add_argument("--output", default="-", help="file for the translations ('-' = stdout)")
+  parser.add_argument("--checkpoint", default="auto",
+                      help="'auto' (averaged if present, else latest), 'averaged', 'latest' or a step number")
+
+
+@command("translate", "translate source lines (stdin or --input) with a trained run")
+def translate(args, overrides):
+  import jax
+
+  from jformer import config as config_lib
+  from jformer import models
+  from jformer.train.loop import load_tokenizer, make_translator, load_params
+
+  _quiet_logs()
+  config = config_lib.load_run(args.workdir, overrides)
+  model = models.build(config)
+  params = load_params(args.workdir, args.checkpoint)
+  translator = make_translator(config, model, params, load_tokenizer(config, args.workdir))
+  source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")
+  lines = [line.rstrip("\n") for line in source]
+  outputs = translator(lines, rng=jax.random.PRNGKey(config.train.seed))
+  text = "".join(out + "\n" for out in outputs)
+  if args.output == "-":
+    sys.stdout.write(text)
+  else:
+    with open(args.output, "w", encoding="utf-8") as f:
+      f.write(text)
+
+
+translate.add_arguments = _translate_arguments
+
+
+def _average_arguments(parser):
+  parser.add_argument("--workdir", required=True, help="the --workdir of a training run")
+  parser.add_argument("--last", type=int, default=5, help="average the newest N checkpoints (paper: 5 base, 20 big)")
+
+
+@command("average-checkpoints", "write the mean parameters of the last N checkpoints to <workdir>/averaged")
+def average_checkpoints(args, overrides):
+  import os
+
+  from jformer import checkpoint
+
+  params, steps = checkpoint.average_params(os.path.join(args.workdir, "checkpoints"), last=args.last)
+  path = os.path.join(args.workdir, "averaged")
+  checkpoint.save_params(path, params, overwrite=True)
+  print(f"averaged steps {steps} -> {path}")
+
+
+average_checkpoints.add_arguments = _average_arguments
+
+
+def _quiet_logs():
+  """Keeps the console for progress lines: absl INFO and tfds progress bars off unless --verbosity asks."""
+  from absl import logging
+
+  logging.set_verbosity(logging.WARNING)
+  import tensorflow_datasets as tfds
+
+  tfds.disable_progress_bar()
 
 
 def _summary_arguments(parser):

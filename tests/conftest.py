@@ -15,3 +15,31 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 @pytest.fixture
 def repo_root() -> pathlib.Path:
   return REPO
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> pathlib.Path:
+  """A small aligned folder cut from the bundled corpus: 400 train, 24 valid, 24 test pairs."""
+  import gzip
+
+  bundled = REPO / "jformer" / "data" / "corpora" / "gettext_en_de"
+  folder = tmp_path_factory.mktemp("tiny_corpus")
+  for split, count in (("train", 400), ("valid", 24), ("test", 24)):
+    for side in ("src", "tgt"):
+      with gzip.open(bundled / f"{split}.{side}.gz", "rt", encoding="utf-8") as f:
+        lines = [next(f) for _ in range(count)]
+      (folder / f"{split}.{side}").write_text("".join(lines), encoding="utf-8")
+  return folder
+
+
+def tiny_overrides(corpus: pathlib.Path, **extra) -> dict:
+  """Config overrides for a model that trains in seconds on `tiny_corpus`."""
+  overrides = {
+      "data.path": str(corpus), "data.max_length": 32, "data.batch_size": 8, "data.eval_batch_size": 8,
+      "model.vocab_size": 300, "model.d_model": 32, "model.num_heads": 2, "model.d_ff": 64,
+      "model.num_encoder_layers": 1, "model.num_decoder_layers": 1, "model.max_length": 64,
+      "optimizer.warmup_steps": 10, "train.steps": 6, "train.log_every": 2, "train.eval_every": 3,
+      "train.checkpoint_every": 3, "decode.method": "greedy", "decode.max_extra_length": 5,
+  }
+  overrides.update(extra)
+  return overrides

@@ -15,7 +15,8 @@ CONFIGS = sorted(p.name for p in (pathlib.Path(__file__).resolve().parents[1] / 
 
 def tiny(**overrides):
   base = {"model.vocab_size": 50, "model.d_model": 32, "model.num_heads": 4, "model.d_ff": 64,
-          "model.num_encoder_layers": 2, "model.num_decoder_layers": 2, "model.max_length": 32}
+          "model.num_encoder_layers": 2, "model.num_decoder_layers": 2, "model.max_length": 32,
+          "data.max_length": 32, "model.dropout_rate": 0.1}
   base.update(overrides)
   config = config_lib.load(pathlib.Path(__file__).resolve().parents[1] / "configs" / "demo.py", base)
   return models.build(config)

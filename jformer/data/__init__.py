@@ -1,0 +1,26 @@
+"""Data: shared SentencePiece vocabulary, dataset registry (tfds ArrayRecord sources) and grain pipelines.
+
+Typical use (one host; multi-host: let one process train the tokenizer first, or share the cached file):
+
+    train_source = load_split("parallel_text", "train", path="", data_dir=f"{workdir}/tfds")
+    tok = get_tokenizer(f"{workdir}/vocab/spm_8000.model", lambda: pair_texts(train_source), vocab_size=8000)
+    data = make_datasets(dataset="parallel_text", path="", data_dir=f"{workdir}/tfds", tokenizer=tok,
+                         batch_size=64, max_length=64, packing=True, seed=0)
+    batch = next(data.train)            # dict of int32 [64, 64]: see `pipeline` for the six keys
+    state = data.train.get_state()      # resume with data.train.set_state(state)
+
+Token ids: pad = 0, eos = 1, unk = 2, no bos; source and target sequences end with EOS.
+"""
+
+from jformer.data.pipeline import (BATCH_KEYS, Datasets, TokenizedPairs, eval_dataset, make_datasets, pad_example,
+                                   tokenize_pairs, train_dataset)
+from jformer.data.sources import (SPLITS, TextPairSource, available_datasets, bundled_corpus_path, get_dataset,
+                                  load_split, pair_texts, register_dataset)
+from jformer.data.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer, get_tokenizer, train_tokenizer
+
+__all__ = [
+    "BATCH_KEYS", "Datasets", "EOS_ID", "PAD_ID", "SPLITS", "TextPairSource", "TokenizedPairs", "Tokenizer", "UNK_ID",
+    "available_datasets", "bundled_corpus_path", "eval_dataset", "get_dataset", "get_tokenizer", "load_split",
+    "make_datasets", "pad_example", "pair_texts", "register_dataset", "tokenize_pairs", "train_dataset",
+    "train_tokenizer"
+]

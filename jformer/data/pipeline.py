@@ -1,0 +1,252 @@
+"""grain input pipelines: tokenized pairs -> shuffled, packed or padded, per-host batches.
+
+A batch is a dict of int32 numpy arrays, each `[batch, max_length]`:
+  inputs, targets                              token ids, 0 = padding; each example ends with EOS (1).
+  inputs_segmentation, targets_segmentation    1, 2, 3... = which packed example of the row a token belongs to,
+                                               0 = padding (un-packed rows: 1 on tokens).
+  inputs_position, targets_position            position of the token within its own example, 0 at padding.
+
+Each split is tokenized once and kept in memory as ragged int32 arrays (`TokenizedPairs`). The training iterator is
+a grain `DatasetIterator`: `get_state()`/`set_state()` resume it exactly. Each host (`shard_index` of
+`shard_count`) reads a disjoint, strided slice of every split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Callable, Iterable
+
+import grain
+import jax
+import numpy as np
+from absl import logging
+
+from jformer.data import sources
+from jformer.data.tokenizer import EOS_ID, Tokenizer
+
+FEATURES = ("inputs", "targets")
+BATCH_KEYS = tuple(f"{f}{suffix}" for f in FEATURES for suffix in ("", "_segmentation", "_position"))
+LONG_EXAMPLES = ("drop", "truncate")
+_ENCODE_CHUNK = 8192  # Pairs per `encode_batch` call.
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenizedPairs:
+  """The token ids of a split, ragged: example i's inputs are `inputs[inputs_offsets[i]:inputs_offsets[i + 1]]`.
+
+  Attributes:
+    inputs, targets: flat int32 token ids of all examples.
+    inputs_offsets, targets_offsets: int64 `[num_examples + 1]` example boundaries.
+    dropped: pairs left out for being longer than max_length.
+    truncated: pairs cut to max_length.
+  """
+  inputs: np.ndarray
+  inputs_offsets: np.ndarray
+  targets: np.ndarray
+  targets_offsets: np.ndarray
+  dropped: int = 0
+  truncated: int = 0
+
+  def __len__(self) -> int:
+    return len(self.inputs_offsets) - 1
+
+  def __getitem__(self, index: int) -> dict[str, np.ndarray]:
+    """`{"inputs": int32[n], "targets": int32[m]}` of example `index`."""
+    i = index.__index__()
+    return {"inputs": self.inputs[self.inputs_offsets[i]:self.inputs_offsets[i + 1]],
+            "targets": self.targets[self.targets_offsets[i]:self.targets_offsets[i + 1]]}
+
+  def num_tokens(self) -> int:
+    """Total tokens, inputs and targets."""
+    return len(self.inputs) + len(self.targets)
+
+
+def _ragged(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+  """Flat int32 values and int64 `[len(rows) + 1]` offsets of `rows`."""
+  offsets = np.zeros(len(rows) + 1, np.int64)
+  np.cumsum([len(r) for r in rows], out=offsets[1:])
+  return np.fromiter(itertools.chain.from_iterable(rows), np.int32, count=offsets[-1]), offsets
+
+
+def _fit(ids: list[int], max_length: int) -> list[int]:
+  """`ids` cut to `max_length` tokens, still ending with EOS."""
+  return ids if len(ids) <= max_length else ids[:max_length - 1] + [EOS_ID]
+
+
+def tokenize_pairs(source: Iterable[dict[str, str]], tokenizer: Tokenizer, *, max_length: int,
+                   long_examples: str = "drop", name: str = "") -> TokenizedPairs:
+  """Tokenizes every pair of `source`; pairs with a side longer than `max_length` are dropped or truncated.
+
+  Args:
+    source: `{"inputs": str, "targets": str}` pairs (e.g. a `sources.TextPairSource`).
+    tokenizer: the shared vocabulary.
+    max_length: most tokens (EOS included) per side.
+    long_examples: "drop" or "truncate" (keep the first max_length - 1 tokens and EOS).
+    name: split name for the log line that counts dropped/truncated pairs.
+  """
+  if long_examples not in LONG_EXAMPLES:
+    raise ValueError(f"long_examples={long_examples!r}; use one of {LONG_EXAMPLES}")
+  if max_length < 2:
+    raise ValueError(f"max_length={max_length} leaves no room for a token and EOS; use max_length >= 2.")
+  kept = {f: [] for f in FEATURES}
+  total = long = 0
+  it = iter(source)
+  while chunk := list(itertools.islice(it, _ENCODE_CHUNK)):
+    encoded = [tokenizer.encode_batch([pair[f] for pair in chunk]) for f in FEATURES]
+    for ids in zip(*encoded):
+      total += 1
+      if max(map(len, ids)) > max_length:
+        long += 1
+        if long_examples == "drop":
+          continue
+      for f, seq in zip(FEATURES, ids):
+        kept[f].append(_fit(seq, max_length))
+  if long:
+    logging.info("%s: %s %d of %d pairs longer than max_length=%d.", name or "tokenize",
+                 "dropped" if long_examples == "drop" else "truncated", long, total, max_length)
+  (inputs, inputs_offsets), (targets, targets_offsets) = (_ragged(kept[f]) for f in FEATURES)
+  return TokenizedPairs(inputs, inputs_offsets, targets, targets_offsets,
+                        dropped=long if long_examples == "drop" else 0,
+                        truncated=long if long_examples == "truncate" else 0)
+
+
+def pad_example(example: dict[str, np.ndarray], max_length: int) -> dict[str, np.ndarray]:
+  """One un-packed row: the six batch keys, each int32 `[max_length]`."""
+  row = {key: np.zeros(max_length, np.int32) for key in BATCH_KEYS}
+  for f in FEATURES:
+    n = len(example[f])
+    row[f][:n] = example[f]
+    row[f"{f}_segmentation"][:n] = 1
+    row[f"{f}_position"][:n] = np.arange(n)
+  return row
+
+
+def _rename_packed(row: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """grain's packed keys (`<f>_segment_ids`, `<f>_positions`) -> ours (`<f>_segmentation`, `<f>_position`)."""
+  return {key: row[key.replace("_segmentation", "_segment_ids").replace("_position", "_positions")]
+          for key in BATCH_KEYS}
+
+
+def _shard(ds: grain.MapDataset, shard_index: int, shard_count: int) -> grain.MapDataset:
+  """Elements shard_index, shard_index + shard_count, ... of `ds`."""
+  if not 0 <= shard_index < shard_count:
+    raise ValueError(f"shard_index={shard_index} is not in [0, shard_count={shard_count}).")
+  return ds[shard_index::shard_count]
+
+
+def train_dataset(pairs: TokenizedPairs, *, batch_size: int, max_length: int, packing: bool = True, seed: int = 0,
+                  num_epochs: int | None = None, shard_index: int = 0, shard_count: int = 1,
+                  drop_remainder: bool = True) -> grain.IterDataset:
+  """Training batches of this host: shuffled (differently each epoch), packed or padded.
+
+  Args:
+    pairs: the tokenized training split (every side at most `max_length` tokens).
+    batch_size: rows per batch on this host.
+    max_length: tokens per row.
+    packing: pack several examples per row (greedy first-fit over `batch_size` rows at a time); else one per row.
+    seed: shuffle (and packed-row order) seed.
+    num_epochs: passes over the data; None = forever.
+    shard_index, shard_count: this host reads examples shard_index, shard_index + shard_count, ...
+    drop_remainder: drop the last partial batch of a finite run (else it has fewer rows).
+
+  Returns:
+    An IterDataset of batches (dicts of int32 `[batch_size, max_length]`, keys `BATCH_KEYS`); `iter()` of it is
+    a checkpointable `grain.DatasetIterator`.
+  """
+  ds = _shard(grain.MapDataset.source(pairs), shard_index, shard_count)
+  if not len(ds):
+    raise ValueError(f"shard {shard_index} of {shard_count} has no training examples ({len(pairs)} in all, "
+                     f"{pairs.dropped} dropped as longer than max_length); raise max_length, use "
+                     "long_examples='truncate' or use fewer shards.")
+  ds = ds.shuffle(seed).repeat(num_epochs).to_iter_dataset(grain.ReadOptions(num_threads=0))
+  if packing:
+    ds = grain.experimental.FirstFitPackIterDataset(
+        ds, length_struct={f: max_length for f in FEATURES}, num_packing_bins=batch_size, seed=seed,
+        shuffle_bins=True).map(_rename_packed)
+  else:
+    ds = ds.map(lambda example: pad_example(example, max_length))
+  return ds.batch(batch_size, drop_remainder=drop_remainder)
+
+
+def eval_dataset(pairs: TokenizedPairs, *, batch_size: int, max_length: int, shard_index: int = 0,
+                 shard_count: int = 1) -> grain.MapDataset:
+  """Eval batches of this host: every example once, in order, un-packed; all-padding rows fill the end.
+
+  Every host gets the same number of batches, `ceil(ceil(len(pairs) / shard_count) / batch_size)`, so a
+  multi-host eval loop stays in step; padding rows (segmentation 0 everywhere) carry no loss weight.
+
+  Returns:
+    A MapDataset of batches (dicts of int32 `[batch_size, max_length]`, keys `BATCH_KEYS`).
+  """
+  examples = _shard(grain.MapDataset.source(pairs), shard_index, shard_count)
+  per_host = -(-len(pairs) // shard_count)
+  num_batches = -(-per_host // batch_size)
+  empty = {f: np.zeros(0, np.int32) for f in FEATURES}
+
+  def row(index: int) -> dict[str, np.ndarray]:
+    return pad_example(examples[index] if index < len(examples) else empty, max_length)
+
+  return grain.MapDataset.range(num_batches * batch_size).map(row).batch(batch_size)
+
+
+@dataclasses.dataclass
+class Datasets:
+  """What `make_datasets` returns.
+
+  Attributes:
+    train: the checkpointable training iterator (`next()` -> batch; `get_state()`/`set_state()`).
+    train_pairs: the whole tokenized training split (before sharding), e.g. for its size and token count.
+    eval_batches: `eval_batches(split="valid")` -> a fresh finite iterable of padded batches of this host.
+    raw_split: `raw_split(split="test")` -> (source strings, reference strings) of the whole split, for BLEU.
+  """
+  train: grain.DatasetIterator
+  train_pairs: TokenizedPairs
+  eval_batches: Callable[..., Iterable[dict[str, np.ndarray]]]
+  raw_split: Callable[..., tuple[list[str], list[str]]]
+
+
+def make_datasets(*, dataset: str, tokenizer: Tokenizer, batch_size: int, max_length: int, path: str = "",
+                  data_dir: str | None = None, packing: bool = True, long_examples: str = "drop", seed: int = 0,
+                  num_epochs: int | None = None, eval_batch_size: int | None = None,
+                  shard_index: int | None = None, shard_count: int | None = None, source_lang: str = "en",
+                  target_lang: str = "de") -> Datasets:
+  """The training iterator and eval/test accessors of one dataset, for this host.
+
+  Args:
+    dataset, path, data_dir, source_lang, target_lang: which data (see `sources.load_split`).
+    tokenizer: the shared vocabulary (`tokenizer.get_tokenizer`).
+    batch_size: training rows per batch on this host.
+    max_length: tokens per row (training and eval).
+    packing: pack training examples (see `train_dataset`).
+    long_examples: "drop" or "truncate" training pairs longer than max_length (eval always truncates).
+    seed: shuffle seed.
+    num_epochs: training passes; None = forever.
+    eval_batch_size: eval rows per batch on this host; default batch_size.
+    shard_index, shard_count: this host's slice; default `jax.process_index()`, `jax.process_count()`.
+  """
+  shard_index = jax.process_index() if shard_index is None else shard_index
+  shard_count = jax.process_count() if shard_count is None else shard_count
+
+  def load(split: str) -> sources.TextPairSource:
+    return sources.load_split(dataset, split, path=path, data_dir=data_dir, source_lang=source_lang,
+                              target_lang=target_lang)
+
+  train_pairs = tokenize_pairs(load("train"), tokenizer, max_length=max_length, long_examples=long_examples,
+                               name=f"{dataset}/train")
+  train = iter(train_dataset(train_pairs, batch_size=batch_size, max_length=max_length, packing=packing, seed=seed,
+                             num_epochs=num_epochs, shard_index=shard_index, shard_count=shard_count))
+  eval_pairs: dict[str, TokenizedPairs] = {}
+
+  def eval_batches(split: str = "valid") -> grain.MapDataset:
+    if split not in eval_pairs:
+      eval_pairs[split] = tokenize_pairs(load(split), tokenizer, max_length=max_length, long_examples="truncate",
+                                         name=f"{dataset}/{split}")
+    return eval_dataset(eval_pairs[split], batch_size=eval_batch_size or batch_size, max_length=max_length,
+                        shard_index=shard_index, shard_count=shard_count)
+
+  def raw_split(split: str = "test") -> tuple[list[str], list[str]]:
+    pairs = list(load(split))
+    return [p["inputs"] for p in pairs], [p["targets"] for p in pairs]
+
+  return Datasets(train=train, train_pairs=train_pairs, eval_batches=eval_batches, raw_split=raw_split)

@@ -1,0 +1,158 @@
+"""A SentencePiece vocabulary shared by the source and the target language (paper Sec. 5.1).
+
+Token ids: pad = 0, eos = 1, unk = 2, no bos. `encode` appends EOS, `decode` stops at the first EOS.
+The trained model is cached at a path and reused when it exists, so a resumed run keeps its vocabulary.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import tempfile
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+import sentencepiece as spm
+from absl import logging
+
+PAD_ID = 0
+EOS_ID = 1
+UNK_ID = 2
+
+
+class Tokenizer:
+  """Encodes text to int ids and back; pickles as its serialized model (cheap to send to grain workers).
+
+  Attributes:
+    model_proto: the serialized SentencePiece `ModelProto`.
+    vocab_size: number of ids, pad/eos/unk included.
+  """
+
+  def __init__(self, model_proto: bytes):
+    self.model_proto = model_proto
+    self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    ids = (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id(), self._sp.bos_id())
+    if ids != (PAD_ID, EOS_ID, UNK_ID, -1):
+      raise ValueError(f"SentencePiece model has (pad, eos, unk, bos) ids {ids}; jformer needs "
+                       f"({PAD_ID}, {EOS_ID}, {UNK_ID}, -1). Retrain it with `train_tokenizer` (delete the cached "
+                       "file).")
+
+  @classmethod
+  def from_file(cls, path: str | os.PathLike) -> Tokenizer:
+    """Loads a `.model` file written by `train_tokenizer`."""
+    with open(path, "rb") as f:
+      return cls(f.read())
+
+  def __getstate__(self) -> dict:
+    return {"model_proto": self.model_proto}
+
+  def __setstate__(self, state: dict) -> None:
+    self.__init__(state["model_proto"])
+
+  @property
+  def vocab_size(self) -> int:
+    return self._sp.get_piece_size()
+
+  def encode(self, text: str) -> list[int]:
+    """Token ids of `text`, ending with EOS."""
+    return self._sp.encode(text, add_eos=True)
+
+  def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    """`encode` of each text (multi-threaded in SentencePiece)."""
+    return self._sp.encode(list(texts), add_eos=True)
+
+  def decode(self, ids: Sequence[int] | np.ndarray) -> str:
+    """Text of `ids` (1-D), up to the first EOS; pads are skipped."""
+    ids = [int(i) for i in ids]
+    if EOS_ID in ids:
+      ids = ids[:ids.index(EOS_ID)]
+    return self._sp.decode([i for i in ids if i != PAD_ID])
+
+  def decode_batch(self, ids: np.ndarray | Sequence[Sequence[int]]) -> list[str]:
+    """`decode` of each row of `ids` (`[batch, length]`)."""
+    return [self.decode(row) for row in ids]
+
+
+def sample_sentences(texts: Iterable[str], max_sentences: int, seed: int = 0) -> list[str]:
+  """At most `max_sentences` texts, a uniform sample (reservoir sampling) that depends only on `seed`."""
+  rng = random.Random(seed)
+  sample = []
+  for n, text in enumerate(texts):
+    if n < max_sentences:
+      sample.append(text)
+    else:
+      j = rng.randrange(n + 1)
+      if j < max_sentences:
+        sample[j] = text
+  return sample
+
+
+def train_tokenizer(texts: Iterable[str], *, vocab_size: int, model_type: str = "unigram",
+                    character_coverage: float = 0.9995, max_sentences: int = 1_000_000, seed: int = 0) -> Tokenizer:
+  """Trains a SentencePiece model in memory.
+
+  Args:
+    texts: training sentences (source and target sides together for a shared vocabulary).
+    vocab_size: number of ids, pad/eos/unk included.
+    model_type: SentencePiece model type ("unigram", "bpe", "char", "word").
+    character_coverage: fraction of characters the vocabulary covers; the rest map to unk.
+    max_sentences: train on a seeded sample of at most this many sentences.
+    seed: seed of that sample.
+  """
+  sentences = sample_sentences(texts, max_sentences, seed)
+  if not sentences:
+    raise ValueError("no sentences to train the tokenizer on: `texts` is empty (check the training split).")
+  model = io.BytesIO()
+  try:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_writer=model, vocab_size=vocab_size, model_type=model_type,
+        character_coverage=character_coverage, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
+        input_sentence_size=0, num_threads=os.cpu_count() or 1, minloglevel=2)
+  except RuntimeError as e:
+    raise ValueError(f"SentencePiece training failed ({len(sentences)} sentences, vocab_size={vocab_size}, "
+                     f"model_type={model_type!r}): {str(e).rstrip('.')}. A vocabulary too large for the corpus needs a "
+                     "smaller vocab_size (or more data).") from e
+  return Tokenizer(model.getvalue())
+
+
+def get_tokenizer(path: str | os.PathLike, texts_fn: Callable[[], Iterable[str]], *, vocab_size: int,
+                  model_type: str = "unigram", character_coverage: float = 0.9995, max_sentences: int = 1_000_000,
+                  seed: int = 0) -> Tokenizer:
+  """The tokenizer cached at `path` (e.g. `<workdir>/vocab/spm_8000.model`), trained and written there if missing.
+
+  Args:
+    path: the cache file; reused as is when it exists (`texts_fn` is then not called).
+    texts_fn: returns the training sentences; called only to train.
+    vocab_size, model_type, character_coverage, max_sentences, seed: see `train_tokenizer`.
+
+  Raises:
+    ValueError: the cached model's vocabulary size differs from `vocab_size`.
+  """
+  path = os.fspath(path)
+  if os.path.exists(path):
+    tokenizer = Tokenizer.from_file(path)
+    if tokenizer.vocab_size != vocab_size:
+      raise ValueError(f"cached tokenizer {path} has vocab_size {tokenizer.vocab_size}, but {vocab_size} was asked "
+                       "for. Use another path for the new size, or delete the file to retrain.")
+    logging.info("Reusing tokenizer %s (vocab_size=%d).", path, vocab_size)
+    return tokenizer
+  tokenizer = train_tokenizer(texts_fn(), vocab_size=vocab_size, model_type=model_type,
+                              character_coverage=character_coverage, max_sentences=max_sentences, seed=seed)
+  _write_atomically(path, tokenizer.model_proto)
+  logging.info("Trained tokenizer %s (vocab_size=%d, model_type=%s).", path, vocab_size, model_type)
+  return tokenizer
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+  """Writes `data` to `path` via a temporary file in the same folder, so readers never see a partial file."""
+  folder = os.path.dirname(path) or "."
+  os.makedirs(folder, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_", suffix=".model")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+    os.replace(tmp, path)
+  except BaseException:
+    os.unlink(tmp)
+    raise

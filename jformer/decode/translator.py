@@ -1,0 +1,108 @@
+"""Translating text with a trained Transformer: tokenize, batch by length, decode with the KV cache, detokenize.
+
+Decoding follows the paper (Sec. 6.1): beam 4, length penalty alpha 0.6, maximum output length = source
+length + 50 with early stopping. Greedy search and sampling are available through `method`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jformer.decode.beam_search import beam_search
+from jformer.decode.common import PAD_ID, flat_batch_beam_expand
+from jformer.decode.greedy import greedy_search
+from jformer.decode.sampling import sample
+
+METHODS = ("beam", "greedy", "sample")
+
+
+def make_tokens_to_logits(model, params, encoded_NxSxD, inputs_NxS) -> Callable:
+  """The decoders' model call: `(ids [N, 1], cache) -> (logits [N, V], cache)`; padding (id 0) never predicted."""
+
+  def tokens_to_logits(ids_Nx1, cache):
+    logits, variables = model.apply({"params": params, "cache": cache}, encoded_NxSxD, inputs_NxS, ids_Nx1,
+                                    decode=True, method=model.decode, mutable=["cache"])
+    return logits[:, -1].at[:, PAD_ID].set(-1e9), variables["cache"]
+
+  return tokens_to_logits
+
+
+def init_cache(model, encoded_BxSxD, inputs_BxS, max_decode_len: int):
+  """An all-zero decoding cache for B rows and `max_decode_len` target steps (shapes only, nothing computed)."""
+  targets = jnp.zeros((inputs_BxS.shape[0], max_decode_len), jnp.int32)
+  shapes = jax.eval_shape(functools.partial(model.init, decode=True, method=model.decode), jax.random.PRNGKey(0),
+                          encoded_BxSxD, inputs_BxS, targets)["cache"]
+  return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
+def translate_ids(model, params, inputs_BxS, *, max_decode_len: int, method: str = "beam", beam_size: int = 4,
+                  alpha: float = 0.6, max_extra_length: int = 50, rng=None, temperature: float = 1.0,
+                  top_k: int = 0, top_p: float = 1.0):
+  """Output ids `[B, max_decode_len]` (EOS then 0s) for source ids `[B, S]`; jit-able with static options.
+
+  Row i may produce at most `source length + max_extra_length` tokens (EOS forced there).
+  """
+  batch = inputs_BxS.shape[0]
+  encoded = model.apply({"params": params}, inputs_BxS, method=model.encode)
+  cache = init_cache(model, encoded, inputs_BxS, max_decode_len)
+  max_lengths = jnp.sum(inputs_BxS != PAD_ID, axis=1) + max_extra_length
+  if method == "beam":
+    step = make_tokens_to_logits(model, params, flat_batch_beam_expand(encoded, beam_size),
+                                 flat_batch_beam_expand(inputs_BxS, beam_size))
+    sequences, _ = beam_search(step, cache, batch_size=batch, beam_size=beam_size, alpha=alpha,
+                               max_decode_len=max_decode_len, max_lengths=max_lengths)
+    return sequences[:, 0]
+  step = make_tokens_to_logits(model, params, encoded, inputs_BxS)
+  if method == "greedy":
+    return greedy_search(step, cache, batch_size=batch, max_decode_len=max_decode_len, max_lengths=max_lengths)
+  if method == "sample":
+    return sample(step, cache, rng, batch_size=batch, max_decode_len=max_decode_len, temperature=temperature,
+                  top_k=top_k, top_p=top_p, max_lengths=max_lengths)
+  raise ValueError(f"unknown decoding method '{method}'; known: {METHODS}")
+
+
+class Translator:
+  """Translates lists of sentences with a model, its params and a tokenizer.
+
+  Sentences are sorted by length and decoded in fixed-size batches whose source length is rounded up to a
+  multiple of `length_bucket`, so only a few shapes are compiled. An empty line gives an empty translation;
+  a source longer than the model's `max_length` is truncated to fit (its EOS kept).
+  """
+
+  def __init__(self, model, params, tokenizer, *, batch_size: int = 32, length_bucket: int = 16,
+               max_extra_length: int = 50, **decode_options):
+    self.model, self.params, self.tokenizer = model, params, tokenizer
+    self.batch_size, self.length_bucket = batch_size, length_bucket
+    self.max_length = model.config.max_length
+    self.max_extra_length = max_extra_length
+    self.decode_options = decode_options
+    self._decode = jax.jit(functools.partial(translate_ids, model, max_extra_length=max_extra_length,
+                                             **decode_options), static_argnames=("max_decode_len",))
+
+  def __call__(self, sentences: Sequence[str], rng=None) -> list[str]:
+    ids = [self._source_ids(s) for s in sentences]
+    order = sorted((i for i, x in enumerate(ids) if x), key=lambda i: len(ids[i]))
+    outputs = [""] * len(sentences)
+    for start in range(0, len(order), self.batch_size):
+      chunk = order[start:start + self.batch_size]
+      length = min(self.max_length, -(-max(len(ids[i]) for i in chunk) // self.length_bucket) * self.length_bucket)
+      inputs = np.zeros((self.batch_size, length), np.int32)
+      for row, i in enumerate(chunk):
+        inputs[row, :len(ids[i])] = ids[i]
+      max_decode_len = min(self.max_length, length + self.max_extra_length)
+      extra = {} if rng is None else {"rng": jax.random.fold_in(rng, start)}
+      decoded = np.asarray(self._decode(self.params, jnp.asarray(inputs), max_decode_len=max_decode_len, **extra))
+      for row, i in enumerate(chunk):
+        outputs[i] = self.tokenizer.decode(decoded[row])
+    return outputs
+
+  def _source_ids(self, sentence: str) -> list[int]:
+    if not sentence.strip():
+      return []
+    ids = self.tokenizer.encode(sentence)
+    return ids if len(ids) <= self.max_length else ids[:self.max_length - 1] + ids[-1:]

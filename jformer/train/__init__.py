@@ -1,0 +1,1 @@
+"""Training: state, the paper's optimizer, pure steps, evaluation, and the train-and-evaluate loop."""

@@ -1,0 +1,223 @@
+"""`train_and_evaluate(config, workdir)`: init -> restore -> steps -> eval -> BLEU -> checkpoint.
+
+Workdir layout: config.json (the resolved config), vocab/ (SentencePiece), tfds/ (prepared data),
+checkpoints/ (Orbax: state + data iterator), tensorboard/, results.json, averaged/ (averaged parameters).
+Running it again on the same workdir resumes from the latest checkpoint; SIGTERM saves and exits cleanly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+
+from jformer import checkpoint, data, models
+from jformer.decode.translator import Translator
+from jformer.train import bleu, optim
+from jformer.train.progress import Progress, format_duration, write_json
+from jformer.train.state import init_train_state
+from jformer.train.step import make_eval_step, make_train_step
+
+
+class NonFiniteLossError(FloatingPointError):
+  """The training loss became NaN or Inf; the run stops and keeps the last good checkpoint."""
+
+
+def load_tokenizer(config, workdir: str) -> data.Tokenizer:
+  """The run's SentencePiece model: `data.vocab_path`, or trained once into `<workdir>/vocab/` and reused."""
+  path = config.data.vocab_path or os.path.join(workdir, "vocab", f"spm_{config.model.vocab_size}.model")
+  return data.get_tokenizer(
+      path, lambda: data.pair_texts(data.load_split(config.data.dataset, "train", **source_args(config, workdir))),
+      vocab_size=config.model.vocab_size, max_sentences=config.data.spm_max_sentences)
+
+
+def source_args(config, workdir: str) -> dict:
+  return dict(path=config.data.path, data_dir=config.data.data_dir or os.path.join(workdir, "tfds"),
+              source_lang=config.data.source_lang, target_lang=config.data.target_lang)
+
+
+def per_host(total: int, what: str) -> int:
+  hosts = jax.process_count()
+  if total % hosts:
+    raise ValueError(f"{what}={total} is not divisible by the {hosts} hosts")
+  return total // hosts
+
+
+def write_config(config, workdir: str):
+  """Writes the resolved config; on resume, refuses a different model (its parameters would not fit)."""
+  path = os.path.join(workdir, "config.json")
+  resolved = json.loads(config.to_json_best_effort())
+  if os.path.exists(path):
+    with open(path) as f:
+      previous = json.load(f)
+    if previous.get("model") != resolved["model"]:
+      raise ValueError(f"{workdir} holds a run with another model config ({path}); use a new --workdir")
+    changed = sorted(k for k in resolved if previous.get(k) != resolved[k])
+    if changed:
+      logging.warning("Resuming with changed config sections %s (previous config in %s).", changed, path)
+  write_json(path, resolved)
+
+
+def evaluate(eval_step, params, batches) -> dict:
+  """Token-level NLL, accuracy and perplexity over finite `batches` (no label smoothing)."""
+  totals = {"nll_sum": 0.0, "correct": 0.0, "tokens": 0.0}
+  for batch in batches:
+    sums = eval_step(params, batch)
+    for key in totals:
+      totals[key] += float(sums[key])
+  tokens = max(totals["tokens"], 1.0)
+  loss = totals["nll_sum"] / tokens
+  return {"loss": loss, "accuracy": totals["correct"] / tokens, "perplexity": math.exp(min(loss, 50.0))}
+
+
+def load_params(workdir: str, which: str = "auto"):
+  """Parameters of a run: 'averaged' (<workdir>/averaged), 'latest', a step number, or 'auto' (averaged if any)."""
+  averaged = os.path.join(workdir, "averaged")
+  if which == "averaged" or (which == "auto" and os.path.isdir(averaged)):
+    return checkpoint.load_params(averaged)
+  with checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True) as checkpointer:
+    if checkpointer.latest_step() is None:
+      raise FileNotFoundError(f"no checkpoints in {checkpointer.directory}; train first")
+    return checkpointer.restore_params(None if which in ("auto", "latest") else int(which))
+
+
+def make_translator(config, model, params, tokenizer) -> Translator:
+  d = config.decode
+  options = dict(method=d.method, beam_size=d.beam_size, alpha=d.alpha)
+  if d.method == "sample":
+    options.update(temperature=d.temperature, top_k=d.top_k, top_p=d.top_p)
+  return Translator(model, params, tokenizer, batch_size=d.batch_size, max_extra_length=d.max_extra_length,
+                    **options)
+
+
+def test_bleu(config, model, params, tokenizer, datasets) -> dict:
+  """Decodes the test split (or its first `train.bleu_examples`) and scores it with sacreBLEU."""
+  sources, references = datasets.raw_split("test")
+  if config.train.bleu_examples >= 0:
+    sources, references = sources[:config.train.bleu_examples], references[:config.train.bleu_examples]
+  start = time.perf_counter()
+  hypotheses = make_translator(config, model, params, tokenizer)(sources, rng=jax.random.PRNGKey(config.train.seed))
+  score, signature = bleu.corpus_bleu(hypotheses, references)
+  seconds = time.perf_counter() - start
+  print(f"BLEU {score:.2f} on {len(sources)} test sentences ({config.decode.method}, {seconds:.0f}s) | "
+        f"{signature}", flush=True)
+  for source, hypothesis, reference in list(zip(sources, hypotheses, references))[:3]:
+    print(f"  src: {source}\n  hyp: {hypothesis}\n  ref: {reference}", flush=True)
+  return {"bleu": score, "sacrebleu_signature": signature, "bleu_examples": len(sources),
+          "decode_seconds": seconds}
+
+
+class _Preemption:
+  """Turns SIGTERM into a flag the loop checks after each step (then: save, exit cleanly)."""
+
+  def __init__(self):
+    self.requested = False
+    self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+  def _handle(self, signum, frame):
+    logging.warning("SIGTERM received: saving a checkpoint after this step, then exiting.")
+    self.requested = True
+
+  def restore(self):
+    signal.signal(signal.SIGTERM, self._previous)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Trains `config` in `workdir` (resuming if it holds checkpoints) and returns the final results."""
+  workdir = os.path.abspath(workdir)
+  os.makedirs(workdir, exist_ok=True)
+  write_config(config, workdir)
+  tokenizer = load_tokenizer(config, workdir)
+  if tokenizer.vocab_size != config.model.vocab_size:
+    raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but model.vocab_size={config.model.vocab_size}")
+  datasets = data.make_datasets(
+      dataset=config.data.dataset, tokenizer=tokenizer, batch_size=per_host(config.data.batch_size, "batch_size"),
+      max_length=config.data.max_length, packing=config.data.packing, long_examples=config.data.long_examples,
+      seed=config.data.seed, eval_batch_size=per_host(config.data.eval_batch_size, "eval_batch_size"),
+      **source_args(config, workdir))
+  print(f"data: {len(datasets.train_pairs):,} training pairs ({datasets.train_pairs.num_tokens():,} tokens), "
+        f"{datasets.train_pairs.dropped:,} dropped as longer than {config.data.max_length} tokens", flush=True)
+
+  model = models.build(config)
+  tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
+  example = {k: jnp.zeros((1, config.data.max_length), jnp.int32) for k in ("inputs", "targets")}
+  state = jax.jit(lambda rng: init_train_state(model, tx, rng, example))(jax.random.PRNGKey(config.train.seed))
+  num_params = sum(x.size for x in jax.tree.leaves(state.params))
+  print(f"model: {num_params / 1e6:.2f}M parameters, devices: {jax.device_count()} x {jax.devices()[0].platform}",
+        flush=True)
+
+  checkpointer = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"),
+                                         max_to_keep=config.train.keep_checkpoints,
+                                         save_interval_steps=config.train.checkpoint_every)
+  if checkpointer.latest_step() is not None:
+    state = checkpointer.restore(state, datasets.train)
+    print(f"resumed from step {int(state.step)} ({checkpointer.directory})", flush=True)
+  start_step = int(state.step)
+
+  train_step = jax.jit(make_train_step(model, tx, schedule, label_smoothing=config.train.label_smoothing,
+                                       grad_accumulation_steps=config.train.grad_accumulation_steps),
+                       donate_argnums=0)
+  eval_step = jax.jit(make_eval_step(model))
+  progress = Progress(workdir, config.train.steps, start_step)
+  preemption = _Preemption()
+  results = {"step": start_step}
+  try:
+    for step in range(start_step + 1, config.train.steps + 1):
+      batch = next(datasets.train)
+      input_tokens = float(np.count_nonzero(batch["inputs"]) + np.count_nonzero(batch["targets"]))
+      state, metrics = train_step(state, batch)
+      metrics = jax.device_get(metrics)
+      if not np.isfinite(metrics["loss"]):
+        raise NonFiniteLossError(f"loss is {metrics['loss']} at step {step}; stopping. The last good checkpoint "
+                                 f"(step {checkpointer.latest_step()}) is kept in {checkpointer.directory}.")
+      progress.add(metrics, input_tokens, timed=step > start_step + 1)  # the first step includes compilation.
+      if step % config.train.log_every == 0 or step == config.train.steps:
+        averages = progress.report(step)
+        results.update(step=step, train_loss=averages["loss"], tokens_per_second=averages["tokens_per_second"])
+      if step % config.train.eval_every == 0 or step == config.train.steps:
+        with progress.paused():
+          results.update({f"eval_{k}": v for k, v in
+                          evaluate(eval_step, state.params, datasets.eval_batches("valid")).items()})
+        print(f"eval step {step}: loss {results['eval_loss']:.4f} | accuracy {results['eval_accuracy']:.3f} | "
+              f"perplexity {results['eval_perplexity']:.2f}", flush=True)
+        progress.scalars(step, {k[5:]: results[k] for k in ("eval_loss", "eval_accuracy", "eval_perplexity")},
+                         prefix="eval/")
+      if config.train.bleu_every and step % config.train.bleu_every == 0 and step != config.train.steps:
+        with progress.paused():
+          progress.scalars(step, test_bleu(config, model, state.params, tokenizer, datasets), prefix="test/")
+      with progress.paused():
+        checkpointer.save(step, state, datasets.train, force=step == config.train.steps or preemption.requested)
+      if preemption.requested:
+        checkpointer.wait()
+        print(f"preempted: saved step {step} to {checkpointer.directory}; rerun the same command to resume",
+              flush=True)
+        results["preempted"] = True
+        return results
+    checkpointer.wait()
+    results["step"] = int(state.step)
+    params = state.params
+    if config.train.average_checkpoints > 1:
+      params, steps = checkpoint.average_params(checkpointer.directory, last=config.train.average_checkpoints)
+      checkpoint.save_params(os.path.join(workdir, "averaged"), params, overwrite=True)
+      results["averaged_steps"] = [int(s) for s in steps]
+    results.update(test_bleu(config, model, params, tokenizer, datasets))
+    results["train_seconds"] = progress.train_seconds + 0.0
+    results["tokens_per_second"] = progress.train_tokens / max(progress.train_seconds, 1e-9)
+    progress.scalars(results["step"], {"bleu": results["bleu"]}, prefix="test/")
+    write_json(os.path.join(workdir, "results.json"), results)
+    print(f"done: step {results['step']}, BLEU {results['bleu']:.2f}, eval loss {results.get('eval_loss', 0):.4f}, "
+          f"{results['tokens_per_second']:,.0f} tokens/s over {format_duration(results['train_seconds'])} of "
+          f"training; results in {os.path.join(workdir, 'results.json')}", flush=True)
+    return results
+  finally:
+    preemption.restore()
+    checkpointer.close()
+    progress.close()

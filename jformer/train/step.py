@@ -1,0 +1,84 @@
+"""Pure train and eval steps: `train_step(state, batch) -> (state, metrics)`, `eval_step(params, batch)`.
+
+Both are plain functions of arrays, wrapped by `jax.jit` (or `jax.pmap` with `axis_name`) by the caller.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jformer.ops import losses
+from jformer.train.state import TrainState, model_inputs, model_kwargs
+
+
+def token_weights(batch: dict) -> jax.Array:
+  """1.0 on real target tokens, 0.0 on padding."""
+  return (batch["targets"] != 0).astype(jnp.float32)
+
+
+def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumulation_steps: int = 1,
+                    axis_name: str | None = None):
+  """Builds `train_step(state, batch) -> (state, metrics)`.
+
+  The loss is the label-smoothed cross-entropy summed over all target tokens of the (global) batch divided by
+  their number. With `grad_accumulation_steps = k` the batch `[k*b, L]` is processed as k micro-batches of b
+  rows (a `lax.scan`; one optimizer update per step, same result as the full batch). With `axis_name`
+  (pmap), token counts and gradients are summed across devices, so the update equals the global batch's.
+  Dropout keys are `fold_in(state.rng, state.step)`: reproducible and resumable.
+  """
+
+  def loss_sums(params, micro_batch, rng):
+    logits = model.apply({"params": params}, *model_inputs(model, micro_batch), **model_kwargs(model, micro_batch),
+                         deterministic=False, rngs={"dropout": rng})
+    weights = token_weights(micro_batch)
+    loss_sum, weight_sum = losses.weighted_cross_entropy(logits, micro_batch["targets"], weights, label_smoothing)
+    correct, _ = losses.weighted_accuracy(logits, micro_batch["targets"], weights)
+    return loss_sum, (weight_sum, correct)
+
+  loss_and_grad = jax.value_and_grad(loss_sums, has_aux=True)
+
+  def train_step(state: TrainState, batch: dict):
+    rng = jax.random.fold_in(state.rng, state.step)
+    micro_batches = jax.tree.map(
+        lambda x: x.reshape((grad_accumulation_steps, x.shape[0] // grad_accumulation_steps) + x.shape[1:]), batch)
+
+    def accumulate(carry, inputs):
+      index, micro_batch = inputs
+      (loss_sum, weight_sum, correct), grads = carry
+      (l, (w, c)), g = loss_and_grad(state.params, micro_batch, jax.random.fold_in(rng, index))
+      return ((loss_sum + l, weight_sum + w, correct + c), jax.tree.map(jnp.add, grads, g)), None
+
+    zeros = (jnp.zeros(()), jnp.zeros(()), jnp.zeros(()))
+    ((loss_sum, weight_sum, correct), grad_sums), _ = jax.lax.scan(
+        accumulate, (zeros, jax.tree.map(jnp.zeros_like, state.params)),
+        (jnp.arange(grad_accumulation_steps), micro_batches))
+    if axis_name is not None:
+      loss_sum, weight_sum, correct, grad_sums = jax.lax.psum((loss_sum, weight_sum, correct, grad_sums), axis_name)
+    denominator = jnp.maximum(weight_sum, 1.0)
+    grads = jax.tree.map(lambda g: g / denominator, grad_sums)
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    new_state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
+                              opt_state=opt_state)
+    metrics = {"loss": loss_sum / denominator, "accuracy": correct / denominator, "tokens": weight_sum,
+               "grad_norm": optax.tree.norm(grads), "learning_rate": schedule(state.step)}
+    return new_state, metrics
+
+  return train_step
+
+
+def make_eval_step(model, *, axis_name: str | None = None):
+  """Builds `eval_step(params, batch) -> {nll_sum, correct, tokens}` (no smoothing, no dropout; sums)."""
+
+  def eval_step(params, batch: dict):
+    logits = model.apply({"params": params}, *model_inputs(model, batch), **model_kwargs(model, batch),
+                         deterministic=True)
+    weights = token_weights(batch)
+    nll_sum, tokens = losses.weighted_cross_entropy(logits, batch["targets"], weights, 0.0)
+    correct, _ = losses.weighted_accuracy(logits, batch["targets"], weights)
+    sums = {"nll_sum": nll_sum, "correct": correct, "tokens": tokens}
+    return jax.lax.psum(sums, axis_name) if axis_name is not None else sums
+
+  return eval_step
+

@@ -1,0 +1,117 @@
+"""The shared SentencePiece tokenizer: id conventions, round trip on the bundled corpus, cache reuse."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import os
+import pickle
+import unicodedata
+
+import pytest
+import sentencepiece as spm
+
+from jformer.data import parallel_text, sources
+from jformer.data.tokenizer import EOS_ID, PAD_ID, UNK_ID, Tokenizer, get_tokenizer, sample_sentences, train_tokenizer
+
+VOCAB = 1000
+
+
+def _bundled(split: str, side: str, n: int) -> list[str]:
+  path = os.path.join(sources.bundled_corpus_path(), f"{split}.{side}.gz")
+  return list(itertools.islice(parallel_text.read_lines(path), n))
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+  return _bundled("train", "src", 2000) + _bundled("train", "tgt", 2000)
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory, texts) -> str:
+  path = str(tmp_path_factory.mktemp("vocab") / f"spm_{VOCAB}.model")
+  get_tokenizer(path, lambda: texts, vocab_size=VOCAB, max_sentences=3000)
+  return path
+
+
+@pytest.fixture(scope="module")
+def tok(model_path) -> Tokenizer:
+  return Tokenizer.from_file(model_path)
+
+
+def test_special_ids_and_vocab_size(tok):
+  assert tok.vocab_size == VOCAB
+  ids = tok.encode("Show a report on various aspects of the book")
+  assert ids[-1] == EOS_ID and EOS_ID not in ids[:-1] and PAD_ID not in ids
+
+
+def test_model_with_other_special_ids_is_refused(texts):
+  model = io.BytesIO()
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(texts[:500]), model_writer=model, vocab_size=100,
+                                 minloglevel=2)  # SentencePiece's defaults: unk=0, bos=1, eos=2.
+  with pytest.raises(ValueError, match=r"\(pad, eos, unk, bos\) ids \(-1, 2, 0, 1\)"):
+    Tokenizer(model.getvalue())
+
+
+def test_round_trip_on_bundled_valid_split(tok):
+  lines = _bundled("valid", "src", 300) + _bundled("valid", "tgt", 300)
+  exact = 0
+  for line, ids in zip(lines, tok.encode_batch(lines)):
+    if UNK_ID not in ids:
+      # SentencePiece's nmt_nfkc normalization: NFKC and collapsed whitespace.
+      assert tok.decode(ids) == " ".join(unicodedata.normalize("NFKC", line).split())
+      exact += 1
+  assert exact >= 0.95 * len(lines)
+
+
+def test_encode_batch_matches_encode(tok):
+  lines = _bundled("test", "tgt", 50)
+  assert tok.encode_batch(lines) == [tok.encode(line) for line in lines]
+
+
+def test_decode_stops_at_eos_and_skips_pads(tok):
+  ids = tok.encode("the file was not found")
+  text = tok.decode(ids)
+  assert text == "the file was not found"
+  assert tok.decode(ids + [PAD_ID, PAD_ID]) == text
+  assert tok.decode([PAD_ID] + ids[:-1] + [EOS_ID, 17, 18]) == text
+  assert tok.decode_batch([ids + [0, 0], ids[:-1] + [EOS_ID, 5, 0]]) == [text, text]
+
+
+def test_pickle_keeps_the_model(tok):
+  clone = pickle.loads(pickle.dumps(tok))
+  assert clone.model_proto == tok.model_proto and clone.encode("Datei öffnen") == tok.encode("Datei öffnen")
+
+
+def test_cached_model_is_reused_not_retrained(model_path, tok):
+  before = (os.stat(model_path).st_mtime_ns, open(model_path, "rb").read())
+
+  def must_not_train():
+    raise AssertionError("texts_fn called: the cached tokenizer was retrained")
+
+  again = get_tokenizer(model_path, must_not_train, vocab_size=VOCAB)
+  assert again.model_proto == tok.model_proto
+  assert (os.stat(model_path).st_mtime_ns, open(model_path, "rb").read()) == before
+
+
+def test_cached_model_with_other_vocab_size_fails(model_path):
+  with pytest.raises(ValueError, match=f"has vocab_size {VOCAB}, but 2000 was asked"):
+    get_tokenizer(model_path, lambda: [], vocab_size=2000)
+
+
+def test_training_is_deterministic(texts, tok):
+  again = train_tokenizer(texts, vocab_size=VOCAB, max_sentences=3000)
+  assert again.model_proto == tok.model_proto
+
+
+def test_sample_sentences_is_seeded_and_capped():
+  texts = [f"s{i}" for i in range(100)]
+  sample = sample_sentences(texts, 10, seed=1)
+  assert len(sample) == 10 and len(set(sample)) == 10 and set(sample) <= set(texts)
+  assert sample == sample_sentences(iter(texts), 10, seed=1) != sample_sentences(texts, 10, seed=2)
+  assert sample_sentences(texts[:5], 10) == texts[:5]
+
+
+def test_too_large_vocab_names_the_fix():
+  with pytest.raises(ValueError, match="smaller vocab_size"):
+    train_tokenizer(["a tiny corpus", "with few pieces"], vocab_size=500)
