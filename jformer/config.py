@@ -29,6 +29,7 @@ def base_config() -> ml_collections.ConfigDict:
   model.vocab_size = 32000  # Shared source/target vocabulary size (SentencePiece).
   model.d_model = 512  # Width of embeddings and residual stream (paper: d_model).
   model.num_heads = 8  # Attention heads (paper: h); d_k = d_v = d_model / num_heads.
+  model.num_kv_heads = 0  # Key/value heads (grouped-query attention; 1 = multi-query); 0 = num_heads (paper).
   model.d_ff = 2048  # Inner width of the feed-forward sublayer (paper: d_ff).
   model.num_encoder_layers = 6  # Encoder layers (paper: N).
   model.num_decoder_layers = 6  # Decoder layers (paper: N).
@@ -36,7 +37,9 @@ def base_config() -> ml_collections.ConfigDict:
   model.attention_dropout_rate = 0.0  # Dropout on attention weights (not in the paper).
   model.attention = "dot_product"  # Attention variant, a name from `jformer attention list`.
   model.attention_options = ml_collections.ConfigDict()  # Keyword options of that variant.
-  model.positional = "sinusoidal"  # 'sinusoidal' (paper), 'learned', 'rotary' or 'none'.
+  model.positional = "sinusoidal"  # 'sinusoidal' (paper), 'learned', 'rotary', 'alibi', 'relative' (T5) or 'none'.
+  model.relative_num_buckets = 32  # 'relative': relative-position buckets per stack (T5: 32).
+  model.relative_max_distance = 128  # 'relative': distance from which all positions share a bucket (T5: 128).
   model.max_length = 512  # Longest sequence the position table covers.
   model.norm = "post"  # 'post': LayerNorm(x + Sublayer(x)) as the paper; 'pre': x + Sublayer(LayerNorm(x)).
   model.activation = "relu"  # Feed-forward nonlinearity: 'relu' (paper) or 'gelu'.
@@ -81,6 +84,15 @@ def base_config() -> ml_collections.ConfigDict:
   train.bleu_examples = -1  # Test sentences decoded for BLEU; -1 = all.
   train.average_checkpoints = 0  # Final BLEU with the mean of the last N checkpoints (paper: 5 base, 20 big).
 
+  config.parallel = parallel = ml_collections.ConfigDict()
+  parallel.mode = "mesh"  # 'mesh': jax.jit over a device mesh; 'pmap': classic data parallel (jax.pmap).
+  parallel.data = -1  # Mesh axis sizes (mesh mode); -1 = the remaining devices. Batch: data x fsdp.
+  parallel.fsdp = 1  # Shards parameters and optimizer state (and the batch) over this axis.
+  parallel.tensor = 1  # Megatron-style: attention heads and feed-forward units split over this axis.
+  parallel.coordinator_address = ""  # Multi-host: host:port of process 0 ("" = env or auto-detect).
+  parallel.num_processes = 0  # Multi-host: number of processes (0 = env or auto-detect).
+  parallel.process_id = -1  # Multi-host: this process's index (-1 = env or auto-detect).
+
   config.decode = decode = ml_collections.ConfigDict()
   decode.method = "beam"  # 'beam' (paper), 'greedy' or 'sample'.
   decode.beam_size = 4  # Paper: 4.
@@ -108,16 +120,29 @@ def load(path: str | pathlib.Path, overrides: Mapping[str, Any] | None = None) -
 
 
 def load_run(workdir: str | pathlib.Path, overrides: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
-  """The resolved config a training run wrote to `<workdir>/config.json`, with `overrides` applied."""
+  """The resolved config a training run wrote to `<workdir>/config.json`, with `overrides` applied.
+
+  The file is read over `base_config()`, so runs written before a field existed get that field's default.
+  """
   path = pathlib.Path(workdir) / "config.json"
   if not path.is_file():
     raise FileNotFoundError(f"{path} does not exist: is '{workdir}' the --workdir of a `jformer train` run?")
-  config = ml_collections.ConfigDict(json.loads(path.read_text()))
-  for dotted_key, value in (overrides or {}).items():
+  config = base_config()
+  for dotted_key, value in {**_flatten_dict(json.loads(path.read_text())), **(overrides or {})}.items():
     set_value(config, dotted_key, value)
   validate(config)
   config.lock()
   return config
+
+
+def _flatten_dict(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, Mapping) and value:
+      flat.update(_flatten_dict(value, f"{prefix}{key}."))
+    else:
+      flat[f"{prefix}{key}"] = value
+  return flat
 
 
 def set_value(config: ml_collections.ConfigDict, dotted_key: str, value: Any) -> None:
@@ -154,6 +179,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.train.average_checkpoints > config.train.keep_checkpoints:
     problems.append(f"train.average_checkpoints={config.train.average_checkpoints} needs train.keep_checkpoints "
                     f">= it (now {config.train.keep_checkpoints})")
+  if config.parallel.mode not in ("mesh", "pmap"):
+    problems.append(f"parallel.mode='{config.parallel.mode}' is not 'mesh' or 'pmap'")
   if config.decode.method not in ("beam", "greedy", "sample"):
     problems.append(f"decode.method='{config.decode.method}' is not 'beam', 'greedy' or 'sample'")
   if problems:

@@ -4,7 +4,11 @@
     jformer translate --workdir=runs/demo < sentences.en
     jformer average-checkpoints --workdir=runs/demo --last=5
     jformer summary --config=configs/demo.py [--config.model.num_heads=8 ...]
+    jformer visualize-attention --workdir=runs/demo --text "Save the file before closing."
+    jformer launch --sweep=configs/sweeps/attention_variants.py [--backend=local|slurm|tpu_vm] [--dry_run]
+    jformer sweep-report --sweep=configs/sweeps/attention_variants.py
     jformer attention list
+    jformer visualize-attention --workdir=runs/demo --text "Save the file." [--out=runs/demo/attention]
 
 Config overrides are `--config.<dotted.key>=<value>` after the sub-command.
 """
@@ -34,10 +38,14 @@ def _train_arguments(parser):
 @command("train", "train and evaluate a config (resumes from the workdir's checkpoints)")
 def train(args, overrides):
   from jformer import config as config_lib
+  from jformer import parallel
   from jformer.train.loop import train_and_evaluate
 
   _quiet_logs()
-  train_and_evaluate(config_lib.load(args.config, overrides), args.workdir)
+  config = config_lib.load(args.config, overrides)
+  parallel.initialize_distributed(config.parallel.coordinator_address, config.parallel.num_processes,
+                                  config.parallel.process_id)
+  train_and_evaluate(config, args.workdir)
 
 
 train.add_arguments = _train_arguments
@@ -164,6 +172,48 @@ def attention_command(args, overrides):
 attention_command.add_arguments = _attention_arguments
 
 
+def _visualize_arguments(parser):
+  parser.add_argument("--workdir", required=True, help="the --workdir of a training run (encoder-decoder)")
+  parser.add_argument("--text", required=True, help="the source sentence to translate and show")
+  parser.add_argument("--out", default="", help="folder for the PNGs (default <workdir>/attention)")
+  parser.add_argument("--checkpoint", default="auto",
+                      help="'auto' (averaged if present, else latest), 'averaged', 'latest' or a step number")
+
+
+@command("visualize-attention", "plot attention maps (encoder self, decoder self, cross; per layer and head) of a "
+         "sentence and its translation")
+def visualize_attention(args, overrides):
+  import os
+
+  import jax
+
+  from jformer import config as config_lib
+  from jformer import models
+  from jformer import visualize
+  from jformer.train.loop import load_params, load_tokenizer
+
+  _quiet_logs()
+  config = config_lib.load_run(args.workdir, overrides)
+  model = models.build(config)
+  maps = visualize.attention_maps(config, model, load_params(args.workdir, args.checkpoint),
+                                  load_tokenizer(config, args.workdir), args.text,
+                                  rng=jax.random.PRNGKey(config.train.seed))
+  out = args.out or os.path.join(args.workdir, "attention")
+  paths = visualize.write_attention_maps(maps, out)
+  print(f"{args.text}\n-> {maps.translation}\nsource pieces: {' '.join(maps.source)}\n"
+        f"target pieces: {' '.join(maps.target)}\nwrote {len(paths)} attention maps and attention.npz to {out}")
+
+
+visualize_attention.add_arguments = _visualize_arguments
+
+
+# Sub-commands implemented by the launch/ package, which parses its own flags.
+DELEGATED = {
+    "launch": ("launch.cli", "run a sweep file's points locally, on SLURM or on a TPU pod (python -m launch)"),
+    "sweep-report": ("launch.report", "one table and learning-curve plot of a sweep's points (python -m launch.report)"),
+}
+
+
 def parse(argv):
   """Splits argv into (parsed sub-command args, {dotted config key: string value})."""
   parser = argparse.ArgumentParser(
@@ -172,6 +222,8 @@ def parse(argv):
   sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
   for name, (fn, help_text) in COMMANDS.items():
     fn.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+  for name, (_, help_text) in DELEGATED.items():
+    sub.add_parser(name, help=help_text, add_help=False)
   args, rest = parser.parse_known_args(argv)
   overrides = {}
   for item in rest:
@@ -183,7 +235,12 @@ def parse(argv):
 
 
 def main(argv=None):
-  args, overrides = parse(sys.argv[1:] if argv is None else argv)
+  argv = sys.argv[1:] if argv is None else argv
+  if argv and argv[0] in DELEGATED:
+    import importlib
+
+    sys.exit(importlib.import_module(DELEGATED[argv[0]][0]).main(argv[1:]))
+  args, overrides = parse(argv)
   fn, _ = COMMANDS[args.command]
   try:
     fn(args, overrides)

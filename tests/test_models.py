@@ -2,6 +2,7 @@
 
 import pathlib
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -23,7 +24,7 @@ def tiny(**overrides):
 
 
 def init(model, inputs, targets, seed=0):
-  return model.init(jax.random.PRNGKey(seed), inputs, targets)
+  return nn.meta.unbox(model.init(jax.random.PRNGKey(seed), inputs, targets))
 
 
 def tokens(seed, shape, vocab=50):
@@ -163,7 +164,7 @@ def test_sequence_longer_than_max_length_is_an_error():
 def test_language_model_is_causal():
   model = tiny(**{"model.architecture": "lm"})
   y = tokens(1, (2, 7))
-  params = model.init(jax.random.PRNGKey(0), y)
+  params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), y))
   assert "cross_attention" not in params["params"]["decoder"]["layer_0"]
   base = model.apply(params, y)
   changed = model.apply(params, y.at[:, 3].set(y[:, 3] % 49 + 1))

@@ -1,5 +1,6 @@
 """Pure train/eval steps: the paper's schedule, packing equivalence, accumulation, overfitting to exact outputs."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -37,7 +38,7 @@ def test_packed_rows_give_the_same_per_example_loss(repo_root):
   rng = np.random.default_rng(0)
   examples = [(rng.integers(3, 40, n).tolist() + [1], rng.integers(3, 40, m).tolist() + [1])
               for n, m in ((5, 4), (3, 6), (7, 2))]
-  params = model.init(jax.random.PRNGKey(0), jnp.ones((1, 8), jnp.int32), jnp.ones((1, 8), jnp.int32))["params"]
+  params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), jnp.ones((1, 8), jnp.int32), jnp.ones((1, 8), jnp.int32)))["params"]
   eval_step = jax.jit(make_eval_step(model))
 
   def row(parts, length=24):

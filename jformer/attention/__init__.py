@@ -6,22 +6,37 @@ Every variant is a pure function
        q_positions=None, kv_positions=None, mask=None, bias=None,
        dropout_rate=0.0, dropout_rng=None, **options) -> out
 
-- query `[B, T, H, D]`, key/value `[B, S, H, D]`, out `[B, T, H, D]`.
+- query `[B, T, H, D]`, key `[B, S, K, D]`, value `[B, S, K, Dv]`, out `[B, T, H, Dv]`. K = H, or fewer
+  key/value heads with H % K == 0 (grouped-query attention; K = 1: multi-query): query head h uses key/value
+  head h // (H / K). Every registered variant accepts K < H: `get(name).fn` repeats the key/value heads
+  (`repeat_kv`) for a variant that does not declare "gqa", which is what that declaration means.
 - Key j is visible to query i iff: segment ids (`[B, T]`, `[B, S]`, 0 = padding) are equal and non-zero,
   when given; position(j) <= position(i) when `causal` (positions `[B, T]`/`[B, S]`, default `arange`);
   and the boolean `mask` (broadcastable to `[B, H, T, S]`) is True, when given.
-- `bias` is added to the logits; `dropout_rate`/`dropout_rng` drop attention weights.
-- A decode step is T=1 against a cache of S slots, with q_positions = the step and kv_positions = arange(S).
+- `bias` (broadcastable to `[B, H, T, S]`) is added to the logits; `dropout_rate`/`dropout_rng` drop attention
+  weights.
+- A decode step is T=1 against a cache of S slots, with q_positions = the step and kv_positions = arange(S);
+  slots after the step may hold anything: causal masking by position hides them.
+- `options` are the variant's own keyword-only parameters, bound from `model.attention_options`.
 
-A variant declares what it supports (`registry.FEATURES`); the model asks for what it needs at config load,
-so an unsupported request fails early. To add one: one file here with `@register(...)` on the function,
-one import line below, and its test.
+A variant declares what it supports (`registry.FEATURES`); the model asks for what it needs at config load
+(`get(name).check(needs=..., options=...)`), so an unsupported request fails early, and `get(name).fn`
+refuses a call that asks for an undeclared feature (a mask, a bias, dropout, ...), naming it.
+
+To add one: one file here with `@register("name", supports={...})` on a function of the signature above
+(its extra keyword-only parameters are its options; `reference=` its explicit formula if it is not softmax
+attention), and its test. Every module of this package is imported below, so nothing else is edited;
+tests/test_attention_variants.py runs every registered variant against its reference in every setting it
+declares.
 """
 
-from jformer.attention.registry import FEATURES, AttentionVariant, available, get, register
+import importlib
+import pkgutil
 
-# Registration lines: importing a variant's module registers it.
-from jformer.attention import dot_product  # noqa: E402,F401
-from jformer.attention import xla  # noqa: E402,F401
+from jformer.attention.registry import FEATURES, AttentionVariant, available, get, register, repeat_kv
 
-__all__ = ["FEATURES", "AttentionVariant", "available", "get", "register"]
+# Registration: importing each module of this package runs its `@register(...)` lines.
+for _module in pkgutil.iter_modules(__path__):
+  importlib.import_module(f"{__name__}.{_module.name}")
+
+__all__ = ["FEATURES", "AttentionVariant", "available", "get", "register", "repeat_kv"]

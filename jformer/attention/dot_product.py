@@ -1,11 +1,14 @@
 """`dot_product`: the reference, softmax(Q K^T / sqrt(d_k)) V over the full mask."""
 
+from __future__ import annotations
+
 from jformer.attention.registry import register
 from jformer.ops.attention import dot_product_attention
 from jformer.ops.masks import attention_mask
 
 
-@register("dot_product", supports={"causal", "segment_ids", "positions", "mask", "bias", "dropout", "decode"})
+@register("dot_product",
+          supports={"causal", "segment_ids", "positions", "mask", "bias", "dropout", "decode", "gqa"})
 def dot_product(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
                 kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None):
   """Reference scaled dot-product attention (paper eq. 1), full [T, S] logits."""

@@ -1,17 +1,18 @@
 """`xla`: `jax.nn.dot_product_attention` (cuDNN flash attention on GPU, XLA elsewhere)."""
 
+from __future__ import annotations
+
 import jax
 
 from jformer.attention.registry import register
 from jformer.ops.masks import attention_mask
 
 
-@register("xla", supports={"causal", "segment_ids", "positions", "mask", "bias", "decode"})
+@register("xla", supports={"causal", "segment_ids", "positions", "mask", "bias", "decode", "gqa"})
 def xla(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
         kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None):
   """jax.nn.dot_product_attention: cuDNN flash attention on GPU, fused XLA elsewhere; no dropout."""
-  if dropout_rate > 0.0:
-    raise ValueError("attention variant 'xla' has no attention dropout; set model.attention_dropout_rate=0")
+  del dropout_rate, dropout_rng  # not declared: the registry refuses dropout before calling.
   plain_causal = causal and q_positions is None and kv_positions is None and query.shape[1] == key.shape[1]
   full_mask = attention_mask(query.shape[1], key.shape[1], causal=causal and not plain_causal,
                              q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,

@@ -9,7 +9,9 @@ import jax.numpy as jnp
 
 from jformer import attention
 
-POSITIONAL = ("sinusoidal", "learned", "rotary", "none")
+POSITIONAL = ("sinusoidal", "learned", "rotary", "alibi", "relative", "none")
+# Positional options that are a bias on self-attention logits (passed to the variant's `bias` argument).
+BIAS_POSITIONAL = ("alibi", "relative")
 NORMS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
@@ -21,6 +23,7 @@ class TransformerConfig:
   vocab_size: int
   d_model: int = 512
   num_heads: int = 8
+  num_kv_heads: int = 0
   d_ff: int = 2048
   num_encoder_layers: int = 6
   num_decoder_layers: int = 6
@@ -29,6 +32,8 @@ class TransformerConfig:
   attention: str = "dot_product"
   attention_options: tuple = ()
   positional: str = "sinusoidal"
+  relative_num_buckets: int = 32
+  relative_max_distance: int = 128
   max_length: int = 512
   norm: str = "post"
   activation: str = "relu"
@@ -39,6 +44,11 @@ class TransformerConfig:
   @property
   def head_dim(self) -> int:
     return self.d_model // self.num_heads
+
+  @property
+  def kv_heads(self) -> int:
+    """Key/value heads: `num_kv_heads`, or `num_heads` when it is 0 (standard multi-head attention)."""
+    return self.num_kv_heads or self.num_heads
 
   def attention_fn(self):
     """The registered attention function with its options bound."""
@@ -69,12 +79,19 @@ class TransformerConfig:
     problems = []
     if self.d_model % self.num_heads:
       problems.append(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
+    if self.num_kv_heads < 0 or (self.num_kv_heads and self.num_heads % self.num_kv_heads):
+      problems.append(f"num_kv_heads={self.num_kv_heads} does not divide num_heads={self.num_heads} (each key/value "
+                      "head serves num_heads/num_kv_heads query heads; 1 = multi-query, 0 = num_heads)")
     if self.positional not in POSITIONAL:
       problems.append(f"positional='{self.positional}' is not one of {POSITIONAL}")
     if self.positional == "sinusoidal" and self.d_model % 2:
       problems.append(f"sinusoidal positions need an even d_model, got {self.d_model}")
     if self.positional == "rotary" and self.head_dim % 2:
       problems.append(f"rotary positions need an even head_dim, got d_model/num_heads={self.head_dim}")
+    if self.positional == "relative" and (self.relative_num_buckets < 4
+                                          or self.relative_max_distance <= self.relative_num_buckets // 2):
+      problems.append(f"relative positions need relative_num_buckets >= 4 and relative_max_distance > "
+                      f"relative_num_buckets / 2, got {self.relative_num_buckets} and {self.relative_max_distance}")
     if self.norm not in NORMS:
       problems.append(f"norm='{self.norm}' is not one of {NORMS}")
     if self.activation not in ACTIVATIONS:
@@ -90,7 +107,17 @@ class TransformerConfig:
       variant = attention.get(self.attention)
     except KeyError as e:
       raise ValueError(str(e.args[0])) from None
-    needs = {"causal", "segment_ids", "decode"}
+    # Feature -> the setting that needs it (None: every model does).
+    needs = {"causal": None, "segment_ids": None, "positions": None, "decode": None}
     if self.attention_dropout_rate > 0:
-      needs.add("dropout")
-    variant.check(needs=needs, options=dict(self.attention_options))
+      needs["dropout"] = f"model.attention_dropout_rate={self.attention_dropout_rate}"
+    if self.positional in BIAS_POSITIONAL:
+      needs["bias"] = f"model.positional='{self.positional}'"
+    if self.kv_heads != self.num_heads:
+      needs["gqa"] = f"model.num_kv_heads={self.num_kv_heads}"
+    try:
+      variant.check(needs=set(needs), options=dict(self.attention_options))
+    except ValueError as e:
+      reason = "; ".join(f"{setting} needs '{feature}'" for feature, setting in needs.items()
+                         if setting and feature not in variant.supports)
+      raise ValueError(f"{e} ({reason})" if reason else str(e)) from None

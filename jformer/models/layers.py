@@ -1,6 +1,6 @@
 """Flax Linen layers of the Transformer: embeddings, positions, multi-head attention, feed-forward, residual.
 
-Shapes: B batch, L (or T/S) length, D d_model, H heads, K head_dim, F d_ff, V vocab.
+Shapes: B batch, L (or T/S) length, D d_model, H heads, G key/value heads, K head_dim, F d_ff, V vocab.
 """
 
 from __future__ import annotations
@@ -9,10 +9,22 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jformer import attention
 from jformer.models.config import TransformerConfig
 from jformer.ops import positional
 
 dense_init = nn.initializers.xavier_uniform()
+
+
+def logical(init, *axes):
+  """`init` for a parameter whose dimensions carry logical axis names (mesh axes: jformer.parallel.mesh)."""
+  return nn.with_logical_partitioning(init, axes)
+
+
+def layer_norm(name: str) -> nn.LayerNorm:
+  """LayerNorm with replicated scale and bias (logical axis 'norm')."""
+  return nn.LayerNorm(scale_init=logical(nn.initializers.ones, "norm"),
+                      bias_init=logical(nn.initializers.zeros, "norm"), name=name)
 
 
 class Embed(nn.Module):
@@ -23,7 +35,7 @@ class Embed(nn.Module):
 
   def setup(self):
     # std d^-1/2, so that embedding * sqrt(d) has unit scale and tied logits y . E^T have unit scale.
-    self.embedding = self.param("embedding", nn.initializers.normal(stddev=self.d_model**-0.5),
+    self.embedding = self.param("embedding", logical(nn.initializers.normal(stddev=self.d_model**-0.5), "vocab", "embed"),
                                 (self.vocab_size, self.d_model), jnp.float32)
 
   def __call__(self, ids_BxL: jax.Array) -> jax.Array:
@@ -36,7 +48,8 @@ class Embed(nn.Module):
 
 
 class AddPositions(nn.Module):
-  """Adds sinusoidal or learned position embeddings (paper Sec. 3.5); identity for 'rotary' and 'none'.
+  """Adds sinusoidal or learned position embeddings (paper Sec. 3.5); identity for the other options (rotary,
+  alibi and relative act inside attention; none).
 
   In decode mode the position is the step counter kept in the 'cache' collection.
   """
@@ -45,14 +58,14 @@ class AddPositions(nn.Module):
   @nn.compact
   def __call__(self, x_BxLxD: jax.Array, positions_BxL: jax.Array | None = None, *, decode: bool = False):
     cfg = self.config
-    if cfg.positional in ("rotary", "none"):
+    if cfg.positional not in ("sinusoidal", "learned"):
       return x_BxLxD
     length = x_BxLxD.shape[1]
     if length > cfg.max_length:
       raise ValueError(f"sequence length {length} exceeds model.max_length={cfg.max_length}; raise "
                        "model.max_length or truncate the input")
     if cfg.positional == "learned":
-      table_PxD = self.param("position_embedding", nn.initializers.normal(stddev=0.02),
+      table_PxD = self.param("position_embedding", logical(nn.initializers.normal(stddev=0.02), "positions", "embed"),
                              (cfg.max_length, cfg.d_model), jnp.float32)
     else:
       table_PxD = jnp.asarray(positional.sinusoidal(cfg.max_length, cfg.d_model))
@@ -77,63 +90,125 @@ def decode_step_positions(module: nn.Module, batch: int, length: int) -> jax.Arr
   return jnp.broadcast_to(start + jnp.arange(length), (batch, length))
 
 
+class AttentionBias(nn.Module):
+  """The positional bias on self-attention logits for `config.positional` in `BIAS_POSITIONAL`.
+
+  - alibi (Press et al. 2022): -m_h (i - j) (causal) or -m_h |i - j| with fixed per-head slopes m_h.
+  - relative (T5, Raffel et al. 2020): b_h(bucket(j - i)), a learned `[relative_num_buckets, H]` table;
+    bidirectional buckets in the encoder, causal ones in the decoder.
+
+  One instance per stack is shared by the self-attention of all its layers, as in T5.
+  """
+  config: TransformerConfig
+  causal: bool
+
+  @nn.compact
+  def __call__(self, q_positions_BxT: jax.Array, kv_positions_BxS: jax.Array) -> jax.Array:
+    """Query and key positions `[B, T]`, `[B, S]` -> logits bias `[B or 1, H, T, S]` float32."""
+    cfg = self.config
+    if cfg.positional == "alibi":
+      return positional.alibi_bias(positional.alibi_slopes(cfg.num_heads), q_positions_BxT, kv_positions_BxS,
+                                   causal=self.causal)
+    buckets_BxTxS = positional.relative_position_buckets(
+        positional.relative_positions(q_positions_BxT, kv_positions_BxS), bidirectional=not self.causal,
+        num_buckets=cfg.relative_num_buckets, max_distance=cfg.relative_max_distance)
+    # T5 (t5x) initialises its table with std 1/sqrt(num_buckets).
+    table_NxH = self.param("relative_embedding",
+                           logical(nn.initializers.normal(stddev=cfg.relative_num_buckets**-0.5), "buckets", "heads"),
+                           (cfg.relative_num_buckets, cfg.num_heads), jnp.float32)
+    return jnp.moveaxis(jnp.take(table_NxH, buckets_BxTxS, axis=0), -1, 1)
+
+
 class MultiHeadAttention(nn.Module):
   """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (eq. 4-5).
 
   The attention itself is the registry function named by `config.attention`. Self-attention when
   `inputs_kv` is None. With `decode=True` (self-attention only), keys/values are appended to a cache of the
   length the module was initialised with, and queries attend to the filled part.
+
+  Grouped-query attention (Ainslie et al. 2023): keys and values are projected to G = `config.kv_heads`
+  heads (G = 1: multi-query, Shazeer 2019), query head h using key/value head h // (H / G); the cache holds
+  G heads, and the variant gets them as they are (the registry repeats them for a variant that needs
+  H). `position_bias` (an `AttentionBias`) adds a positional bias to the logits. When the
+  'intermediates' collection is mutable (`apply(..., mutable=["intermediates"])`), the attention weights
+  `[B, H, T, S]` are sown as 'attention_weights' (see `attention_weights`); the output is unchanged.
   """
   config: TransformerConfig
   causal: bool = False
   rotary: bool = False
+  position_bias: nn.Module | None = None
 
   @nn.compact
   def __call__(self, inputs_q_BxTxD, inputs_kv_BxSxD=None, *, q_segment_ids=None, kv_segment_ids=None,
                q_positions=None, kv_positions=None, deterministic: bool = True, decode: bool = False):
     cfg = self.config
-    projection = lambda name: nn.DenseGeneral((cfg.num_heads, cfg.head_dim), kernel_init=dense_init,
-                                              dtype=cfg.dtype, name=name)
+    def projection(heads: int, heads_axis: str, name: str, use_bias: bool = True):
+      return nn.DenseGeneral((heads, cfg.head_dim), kernel_init=logical(dense_init, "embed", heads_axis, "head_dim"),
+                             bias_init=logical(nn.initializers.zeros, heads_axis, "head_dim"), use_bias=use_bias,
+                             dtype=cfg.dtype, name=name)
+
     kv_source = inputs_q_BxTxD if inputs_kv_BxSxD is None else inputs_kv_BxSxD
-    query_BxTxHxK = projection("query")(inputs_q_BxTxD)
-    key_BxSxHxK = projection("key")(kv_source)
-    value_BxSxHxK = projection("value")(kv_source)
+    query_BxTxHxK = projection(cfg.num_heads, "heads", "query")(inputs_q_BxTxD)
+    # No key bias: q.(k + b) shifts every logit of a query equally, which softmax ignores (its gradient is 0).
+    key_BxSxGxK = projection(cfg.kv_heads, "kv_heads", "key", use_bias=False)(kv_source)
+    value_BxSxGxK = projection(cfg.kv_heads, "kv_heads", "value")(kv_source)
 
     if decode:
       if inputs_kv_BxSxD is not None:
         raise ValueError("decode=True caches self-attention only; cross-attention keys are recomputed")
       q_positions = decode_step_positions(self, *inputs_q_BxTxD.shape[:2])
-    if self.rotary:
+    if self.rotary or self.position_bias is not None:
       q_positions = _default_positions(q_positions, query_BxTxHxK)
-      kv_positions = q_positions if inputs_kv_BxSxD is None else _default_positions(kv_positions, key_BxSxHxK)
+      kv_positions = q_positions if inputs_kv_BxSxD is None else _default_positions(kv_positions, key_BxSxGxK)
+    if self.rotary:
       query_BxTxHxK = positional.apply_rotary(query_BxTxHxK, q_positions)
-      key_BxSxHxK = positional.apply_rotary(key_BxSxHxK, kv_positions)
+      key_BxSxGxK = positional.apply_rotary(key_BxSxGxK, kv_positions)
     if decode:
-      key_BxSxHxK, value_BxSxHxK, kv_positions = self._update_cache(key_BxSxHxK, value_BxSxHxK, q_positions)
+      key_BxSxGxK, value_BxSxGxK, kv_positions = self._update_cache(key_BxSxGxK, value_BxSxGxK, q_positions)
 
+    masking = dict(causal=self.causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
+                   q_positions=q_positions, kv_positions=kv_positions,
+                   bias=None if self.position_bias is None else self.position_bias(q_positions, kv_positions))
     dropout_rng = None
     if not deterministic and cfg.attention_dropout_rate > 0:
       dropout_rng = self.make_rng("dropout")
-    out_BxTxHxK = cfg.attention_fn()(
-        query_BxTxHxK, key_BxSxHxK, value_BxSxHxK, causal=self.causal, q_segment_ids=q_segment_ids,
-        kv_segment_ids=kv_segment_ids, q_positions=q_positions, kv_positions=kv_positions,
-        dropout_rate=0.0 if deterministic else cfg.attention_dropout_rate, dropout_rng=dropout_rng)
-    return nn.DenseGeneral(cfg.d_model, axis=(-2, -1), kernel_init=dense_init, dtype=cfg.dtype,
+    out_BxTxHxK = cfg.attention_fn()(query_BxTxHxK, key_BxSxGxK, value_BxSxGxK, **masking,
+                                     dropout_rate=0.0 if deterministic else cfg.attention_dropout_rate,
+                                     dropout_rng=dropout_rng)
+    if self.is_mutable_collection("intermediates") and not self.is_initializing():
+      self.sow("intermediates", "attention_weights", attention_weights(query_BxTxHxK, key_BxSxGxK, **masking))
+    return nn.DenseGeneral(cfg.d_model, axis=(-2, -1), kernel_init=logical(dense_init, "heads", "head_dim", "embed"),
+                           bias_init=logical(nn.initializers.zeros, "embed"), dtype=cfg.dtype,
                            name="out")(out_BxTxHxK)
 
-  def _update_cache(self, key_BxTxHxK, value_BxTxHxK, positions_BxT):
+  def _update_cache(self, key_BxTxGxK, value_BxTxGxK, positions_BxT):
     """Writes this step's keys/values into the cache; returns the whole cache and its slot positions."""
     initialized = self.has_variable("cache", "cached_key")
-    cached_key = self.variable("cache", "cached_key", jnp.zeros, key_BxTxHxK.shape, key_BxTxHxK.dtype)
-    cached_value = self.variable("cache", "cached_value", jnp.zeros, value_BxTxHxK.shape, value_BxTxHxK.dtype)
+    cached_key = self.variable("cache", "cached_key", jnp.zeros, key_BxTxGxK.shape, key_BxTxGxK.dtype)
+    cached_value = self.variable("cache", "cached_value", jnp.zeros, value_BxTxGxK.shape, value_BxTxGxK.dtype)
     if not initialized:  # `init` shapes the cache with the full decode length; nothing to attend to yet.
-      return key_BxTxHxK, value_BxTxHxK, positions_BxT
+      return key_BxTxGxK, value_BxTxGxK, positions_BxT
     start = positions_BxT[0, 0]
-    cached_key.value = jax.lax.dynamic_update_slice_in_dim(cached_key.value, key_BxTxHxK, start, axis=1)
-    cached_value.value = jax.lax.dynamic_update_slice_in_dim(cached_value.value, value_BxTxHxK, start, axis=1)
+    cached_key.value = jax.lax.dynamic_update_slice_in_dim(cached_key.value, key_BxTxGxK, start, axis=1)
+    cached_value.value = jax.lax.dynamic_update_slice_in_dim(cached_value.value, value_BxTxGxK, start, axis=1)
     slots = cached_key.value.shape[1]
     # Slots past the current step hold zeros; causal masking by position hides them.
     return cached_key.value, cached_value.value, jnp.arange(slots)[None, :]
+
+
+def attention_weights(query_BxTxHxK, key_BxSxGxK, **masking) -> jax.Array:
+  """softmax(Q K^T / sqrt(d_k) + bias) over the visible keys (paper eq. 1): `[B, H, T, S]` float32.
+
+  Computed by the reference variant ('dot_product') on one-hot values, so mask and bias mean exactly what
+  they mean to every variant, whatever variant the model runs. `masking`: the variant keyword arguments
+  (causal, segment ids, positions, mask, bias).
+  """
+  batch, length, kv_heads = key_BxSxGxK.shape[:3]
+  one_hot_BxSxGxS = jnp.broadcast_to(jnp.eye(length, dtype=jnp.float32)[None, :, None, :],
+                                     (batch, length, kv_heads, length))
+  weights_BxTxHxS = attention.get("dot_product").fn(query_BxTxHxK.astype(jnp.float32),
+                                                    key_BxSxGxK.astype(jnp.float32), one_hot_BxSxGxS, **masking)
+  return jnp.transpose(weights_BxTxHxS, (0, 2, 1, 3))
 
 
 def _default_positions(positions, x_BxLxHxK):
@@ -147,9 +222,11 @@ class FeedForward(nn.Module):
   @nn.compact
   def __call__(self, x_BxLxD: jax.Array, *, deterministic: bool = True) -> jax.Array:
     cfg = self.config
-    h_BxLxF = nn.Dense(cfg.d_ff, kernel_init=dense_init, dtype=cfg.dtype, name="wi")(x_BxLxD)
+    h_BxLxF = nn.Dense(cfg.d_ff, kernel_init=logical(dense_init, "embed", "mlp"),
+                       bias_init=logical(nn.initializers.zeros, "mlp"), dtype=cfg.dtype, name="wi")(x_BxLxD)
     h_BxLxF = nn.relu(h_BxLxF) if cfg.activation == "relu" else nn.gelu(h_BxLxF)
-    return nn.Dense(cfg.d_model, kernel_init=dense_init, dtype=cfg.dtype, name="wo")(h_BxLxF)
+    return nn.Dense(cfg.d_model, kernel_init=logical(dense_init, "mlp", "embed"),
+                    bias_init=logical(nn.initializers.zeros, "embed"), dtype=cfg.dtype, name="wo")(h_BxLxF)
 
 
 def residual(x_BxLxD, sublayer, *, norm: nn.Module, dropout: nn.Module, pre_norm: bool, deterministic: bool):

@@ -10,8 +10,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jformer.models.config import TransformerConfig
-from jformer.models.layers import AddPositions, Embed, FeedForward, MultiHeadAttention, residual
+from jformer.models.config import BIAS_POSITIONAL, TransformerConfig
+from jformer.models.layers import (AddPositions, AttentionBias, Embed, FeedForward, MultiHeadAttention, layer_norm, logical,
+                                   residual)
 
 
 def shift_right(x_BxL: jax.Array, segmentation_BxL: jax.Array | None = None) -> jax.Array:
@@ -29,9 +30,11 @@ def segments_or_padding(tokens_BxL: jax.Array, segmentation_BxL: jax.Array | Non
 
 class TransformerLayer(nn.Module):
   """Self-attention, encoder-decoder attention (only when `encoded` is given), feed-forward; each sublayer
-  wrapped in residual + dropout + LayerNorm (paper Fig. 1). `causal` masks future positions (decoder)."""
+  wrapped in residual + dropout + LayerNorm (paper Fig. 1). `causal` masks future positions (decoder).
+  `position_bias` (the stack's shared `AttentionBias`, or None) biases self-attention only."""
   config: TransformerConfig
   causal: bool
+  position_bias: nn.Module | None = None
 
   @nn.compact
   def __call__(self, x_BxLxD, encoded_BxSxD=None, *, segment_ids_BxL=None, positions_BxL=None,
@@ -39,12 +42,12 @@ class TransformerLayer(nn.Module):
     cfg = self.config
     sub = dict(dropout=nn.Dropout(cfg.dropout_rate), pre_norm=cfg.norm == "pre", deterministic=deterministic)
     self_attend = MultiHeadAttention(cfg, causal=self.causal, rotary=cfg.positional == "rotary",
-                                     name="self_attention")
+                                     position_bias=self.position_bias, name="self_attention")
     x_BxLxD = residual(
         x_BxLxD, lambda h: self_attend(h, q_segment_ids=segment_ids_BxL, kv_segment_ids=segment_ids_BxL,
                                        q_positions=positions_BxL, kv_positions=positions_BxL,
                                        deterministic=deterministic, decode=decode),
-        norm=nn.LayerNorm(name="self_attention_norm"), **sub)
+        norm=layer_norm("self_attention_norm"), **sub)
     if encoded_BxSxD is not None:
       cross_attend = MultiHeadAttention(cfg, name="cross_attention")
       query_segments = segment_ids_BxL
@@ -53,10 +56,10 @@ class TransformerLayer(nn.Module):
       x_BxLxD = residual(
           x_BxLxD, lambda h: cross_attend(h, encoded_BxSxD, q_segment_ids=query_segments,
                                           kv_segment_ids=encoder_segment_ids_BxS, deterministic=deterministic),
-          norm=nn.LayerNorm(name="cross_attention_norm"), **sub)
+          norm=layer_norm("cross_attention_norm"), **sub)
     feed_forward = FeedForward(cfg, name="feed_forward")
     return residual(x_BxLxD, lambda h: feed_forward(h, deterministic=deterministic),
-                    norm=nn.LayerNorm(name="feed_forward_norm"), **sub)
+                    norm=layer_norm("feed_forward_norm"), **sub)
 
 
 class EncoderLayer(TransformerLayer):
@@ -67,6 +70,11 @@ class EncoderLayer(TransformerLayer):
 class DecoderLayer(TransformerLayer):
   """Decoder layer: masked self-attention + encoder-decoder attention + feed-forward (none for the LM)."""
   causal: bool = True
+
+
+def stack_position_bias(config: TransformerConfig, *, causal: bool) -> AttentionBias | None:
+  """The self-attention bias module shared by the layers of one stack (alibi, relative), else None."""
+  return AttentionBias(config, causal=causal, name="position_bias") if config.positional in BIAS_POSITIONAL else None
 
 
 class Encoder(nn.Module):
@@ -80,10 +88,11 @@ class Encoder(nn.Module):
     segment_ids_BxS = segments_or_padding(inputs_BxS, segmentation_BxS)
     x_BxSxD = AddPositions(cfg, name="positions")(self.embed(inputs_BxS), positions_BxS)
     x_BxSxD = nn.Dropout(cfg.dropout_rate)(x_BxSxD, deterministic=deterministic)
+    position_bias = stack_position_bias(cfg, causal=False)
     for i in range(cfg.num_encoder_layers):
-      x_BxSxD = EncoderLayer(cfg, name=f"layer_{i}")(x_BxSxD, segment_ids_BxL=segment_ids_BxS,
-                                                      positions_BxL=positions_BxS, deterministic=deterministic)
-    return nn.LayerNorm(name="final_norm")(x_BxSxD) if cfg.norm == "pre" else x_BxSxD
+      x_BxSxD = EncoderLayer(cfg, position_bias=position_bias, name=f"layer_{i}")(
+          x_BxSxD, segment_ids_BxL=segment_ids_BxS, positions_BxL=positions_BxS, deterministic=deterministic)
+    return layer_norm("final_norm")(x_BxSxD) if cfg.norm == "pre" else x_BxSxD
 
 
 class Decoder(nn.Module):
@@ -105,16 +114,19 @@ class Decoder(nn.Module):
       segment_ids_BxT = segments_or_padding(targets_BxT, segmentation_BxT)
     y_BxTxD = AddPositions(cfg, name="positions")(self.embed(y_BxT), positions_BxT, decode=decode)
     y_BxTxD = nn.Dropout(cfg.dropout_rate)(y_BxTxD, deterministic=deterministic)
+    position_bias = stack_position_bias(cfg, causal=True)
     for i in range(cfg.num_decoder_layers):
-      y_BxTxD = DecoderLayer(cfg, name=f"layer_{i}")(
+      y_BxTxD = DecoderLayer(cfg, position_bias=position_bias, name=f"layer_{i}")(
           y_BxTxD, encoded_BxSxD, segment_ids_BxL=segment_ids_BxT, positions_BxL=positions_BxT,
           encoder_segment_ids_BxS=encoder_segment_ids_BxS, deterministic=deterministic, decode=decode)
     if cfg.norm == "pre":
-      y_BxTxD = nn.LayerNorm(name="final_norm")(y_BxTxD)
+      y_BxTxD = layer_norm("final_norm")(y_BxTxD)
     if cfg.tie_output_embedding:
       logits_BxTxV = self.embed.attend(y_BxTxD)
     else:
-      logits_BxTxV = nn.Dense(cfg.vocab_size, dtype=cfg.dtype, name="logits")(y_BxTxD)
+      logits_BxTxV = nn.Dense(cfg.vocab_size, kernel_init=logical(nn.initializers.lecun_normal(), "embed", "vocab"),
+                              bias_init=logical(nn.initializers.zeros, "vocab"), dtype=cfg.dtype,
+                              name="logits")(y_BxTxD)
     return logits_BxTxV.astype(jnp.float32)
 
 

@@ -24,8 +24,9 @@ def dot_product_attention(
 
   Args:
     query: `[B, T, H, D]`.
-    key: `[B, S, H, D]`.
-    value: `[B, S, H, Dv]`.
+    key: `[B, S, K, D]`; K = H, or K < H with H % K == 0 (grouped-query attention: query head h attends with
+      key/value head h // (H / K); the heads are repeated, see `repeat_kv`).
+    value: `[B, S, K, Dv]`.
     mask: boolean, broadcastable to `[B, H, T, S]`; True = the query may attend to the key.
     bias: additive logits bias, broadcastable to `[B, H, T, S]` (ALiBi, relative positions).
     scale: logits scale; defaults to `1 / sqrt(D)`.
@@ -39,11 +40,13 @@ def dot_product_attention(
     raise ValueError(
         f"dot_product_attention expects [batch, length, heads, head_dim] arrays; got query {query.shape}, "
         f"key {key.shape}, value {value.shape}")
-  if query.shape[-1] != key.shape[-1] or key.shape[:3] != value.shape[:3]:
+  if query.shape[-1] != key.shape[-1] or key.shape[:3] != value.shape[:3] or query.shape[2] % key.shape[2]:
     raise ValueError(f"query {query.shape}, key {key.shape} and value {value.shape} do not match: "
-                     "query and key need the same head_dim, key and value the same [batch, length, heads]")
+                     "query and key need the same head_dim, key and value the same [batch, length, heads], and "
+                     "the query heads must be a multiple of the key/value heads")
   if scale is None:
     scale = query.shape[-1] ** -0.5
+  key, value = repeat_kv(key, query.shape[2]), repeat_kv(value, query.shape[2])
   logits_BxHxTxS = jnp.einsum("bthd,bshd->bhts", query * jnp.asarray(scale, query.dtype), key)
   logits_BxHxTxS = logits_BxHxTxS.astype(jnp.float32)
   if bias is not None:
@@ -57,6 +60,13 @@ def dot_product_attention(
     keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights_BxHxTxS.shape)
     weights_BxHxTxS = jnp.where(keep, weights_BxHxTxS / (1.0 - dropout_rate), 0.0).astype(value.dtype)
   return jnp.einsum("bhts,bshd->bthd", weights_BxHxTxS, value)
+
+
+def repeat_kv(x_BxSxKxD: jax.Array, num_heads: int) -> jax.Array:
+  """`[B, S, K, D]` -> `[B, S, H, D]` (grouped-query attention): key/value head k serves query heads
+  k * H/K ... (k + 1) * H/K - 1. The identity when K = H."""
+  kv_heads = x_BxSxKxD.shape[2]
+  return x_BxSxKxD if kv_heads == num_heads else jnp.repeat(x_BxSxKxD, num_heads // kv_heads, axis=2)
 
 
 def split_heads(x_BxLxF: jax.Array, num_heads: int) -> jax.Array:

@@ -57,6 +57,50 @@ def segment_mask(q_segment_ids: jax.Array, kv_segment_ids: jax.Array | None = No
   return same & (kv_segment_ids != 0)[:, None, None, :]
 
 
+def sliding_window_mask(q_positions: jax.Array, kv_positions: jax.Array | None, window_size: int, *,
+                        causal: bool) -> jax.Array:
+  """Local attention: key j is visible to query i iff |position(i) - position(j)| < window_size.
+
+  With `causal` the window only looks back: 0 <= position(i) - position(j) < window_size.
+
+  Args:
+    q_positions: `[B, T]` (or `[T]`, or an int length for `arange`).
+    kv_positions: `[B, S]` (or `[S]`, or an int length); defaults to `q_positions`.
+    window_size: the window, >= 1 (1 = each query sees only its own position).
+    causal: whether the window excludes later positions.
+
+  Returns:
+    `[B, 1, T, S]` (`[1, 1, T, S]` for 1-D positions).
+  """
+  q_pos = _as_positions(q_positions)
+  kv_pos = q_pos if kv_positions is None else _as_positions(kv_positions)
+  distance = q_pos[:, None, :, None] - kv_pos[:, None, None, :]
+  if causal:
+    return (distance >= 0) & (distance < window_size)
+  return jnp.abs(distance) < window_size
+
+
+def visible_keys(q_segment_ids: jax.Array, kv_segment_ids: jax.Array, q_positions: jax.Array | None = None,
+                 kv_positions: jax.Array | None = None) -> jax.Array:
+  """The rule of `attention_mask` for per-token arrays with any leading dims (blocks, kernels).
+
+  Key j is visible to query i iff the segments match and are non-zero, and, when positions are given (causal),
+  position(j) <= position(i).
+
+  Args:
+    q_segment_ids: `[..., T]` ints; kv_segment_ids: `[..., S]`.
+    q_positions, kv_positions: `[..., T]`, `[..., S]`, or None for no causal rule.
+
+  Returns:
+    `[..., T, S]` boolean.
+  """
+  kv_segments = kv_segment_ids[..., None, :]
+  visible = (q_segment_ids[..., :, None] == kv_segments) & (kv_segments != 0)
+  if q_positions is not None:
+    visible = visible & (kv_positions[..., None, :] <= q_positions[..., :, None])
+  return visible
+
+
 def combine_masks(*masks: jax.Array | None) -> jax.Array | None:
   """Logical AND of the given masks (None entries are ignored); None when all are None."""
   present = [m for m in masks if m is not None]

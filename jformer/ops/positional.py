@@ -2,6 +2,11 @@
 
 - `sinusoidal`: the paper's fixed table (Sec. 3.5).
 - `apply_rotary`: rotary position embedding (RoPE, Su et al. 2021) applied to queries/keys.
+- `alibi_slopes`, `alibi_bias`: attention with linear biases (ALiBi, Press et al. 2022).
+- `relative_positions`, `relative_position_buckets`: key minus query positions and T5's bucketing of them
+  (Raffel et al. 2020); a learned scalar per bucket and head forms T5's relative position bias.
+
+Position arrays are `[B, L]` ints (or `[L]`); biases are `[B or 1, H, T, S]` float32 attention-logit offsets.
 """
 
 from __future__ import annotations
@@ -57,3 +62,93 @@ def apply_rotary(x_BxLxHxD: jax.Array, positions_BxL: jax.Array, *, base: float 
   x1, x2 = jnp.split(x_BxLxHxD.astype(jnp.float32), 2, axis=-1)
   rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
   return rotated.astype(x_BxLxHxD.dtype)
+
+
+def alibi_slopes(num_heads: int) -> np.ndarray:
+  """Per-head ALiBi slopes m_h (Press et al. 2022, Sec. 3).
+
+  For n heads, n a power of 2: the geometric sequence 2^(-8/n), 2^(-16/n), ..., 2^(-8) (8 heads: 1/2 ... 1/256).
+  Otherwise (the paper's recipe, as its code): the slopes of the closest smaller power of 2, k, followed by
+  every other slope of 2k heads (the odd-numbered ones, 2^(-4/k), 2^(-12/k), ...) until there are n.
+
+  Returns:
+    `[num_heads]` float32 (a constant under jit).
+  """
+  if num_heads < 1:
+    raise ValueError(f"alibi_slopes needs num_heads >= 1, got {num_heads}")
+  closest = 2 ** int(np.floor(np.log2(num_heads)))
+  slopes = 2.0 ** (-8.0 * np.arange(1, closest + 1, dtype=np.float64) / closest)
+  if closest < num_heads:
+    slopes = np.concatenate([slopes, alibi_slopes(2 * closest)[0::2][:num_heads - closest]])
+  return slopes.astype(np.float32)
+
+
+def alibi_bias(slopes_H: jax.Array | np.ndarray, q_positions: jax.Array, kv_positions: jax.Array, *,
+               causal: bool) -> jax.Array:
+  """ALiBi logits bias: -m_h * (i - j) for causal attention, -m_h * |i - j| for bidirectional attention.
+
+  i and j are the positions of query and key. Causally, keys after the query (i - j < 0) are masked anyway.
+
+  Args:
+    slopes_H: `[H]` slopes (`alibi_slopes`).
+    q_positions: `[B, T]` (or `[T]`) integer positions of the queries.
+    kv_positions: `[B, S]` (or `[S]`) integer positions of the keys.
+    causal: whether the attention is causal (decoder self-attention).
+
+  Returns:
+    `[B or 1, H, T, S]` float32.
+  """
+  distance_BxTxS = relative_positions(q_positions, kv_positions)  # j - i
+  distance_BxTxS = -distance_BxTxS if causal else jnp.abs(distance_BxTxS)  # i - j or |i - j|
+  return -jnp.asarray(slopes_H, jnp.float32)[None, :, None, None] * distance_BxTxS[:, None].astype(jnp.float32)
+
+
+def relative_position_buckets(relative_position: jax.Array, *, bidirectional: bool, num_buckets: int = 32,
+                              max_distance: int = 128) -> jax.Array:
+  """T5's bucket of each relative position j - i (key minus query position; Raffel et al. 2020, Sec. 2.1).
+
+  Exactly as T5 (mesh-tensorflow `_relative_position_bucket`, t5x `RelativePositionBiases`). Bidirectional:
+  half of the buckets for keys before or at the query (j - i <= 0), half for keys after it. Unidirectional
+  (causal): all buckets for n = max(i - j, 0). On each side (of `side` buckets), n < max_exact = side / 2
+  gets its own bucket, then buckets grow logarithmically: max_exact + floor(log(n / max_exact) /
+  log(max_distance / max_exact) * (side - max_exact)), and every n >= max_distance shares the last bucket.
+  The buckets of n in [0, max_distance] are a constant table, computed in numpy float32 with T5's formula
+  (epsilon included).
+
+  Args:
+    relative_position: int array of j - i, any shape.
+    bidirectional: False for causal attention (positive j - i then all map to bucket 0).
+    num_buckets: number of buckets (T5: 32).
+    max_distance: distance from which all positions share one bucket (T5: 128).
+
+  Returns:
+    int32 array of the same shape, values in [0, num_buckets).
+  """
+  side = num_buckets // 2 if bidirectional else num_buckets  # buckets for one side (keys before / after).
+  max_exact = side // 2
+  if max_exact < 1 or max_distance <= max_exact:
+    raise ValueError(f"relative_position_buckets needs num_buckets >= {4 if bidirectional else 2} and "
+                     f"max_distance > {max_exact}; got num_buckets={num_buckets}, max_distance={max_distance}")
+  n_table = np.arange(max_distance + 1)
+  log_ratio = np.log(n_table.astype(np.float32) / max_exact + np.finfo(np.float32).eps) / np.log(
+      max_distance / max_exact)
+  large = np.minimum(max_exact + (log_ratio * (side - max_exact)).astype(np.int32), side - 1)
+  table = np.where(n_table < max_exact, n_table, large).astype(np.int32)
+
+  relative_position = jnp.asarray(relative_position)
+  n = -relative_position  # i - j
+  offset = 0
+  if bidirectional:
+    offset = jnp.where(n < 0, side, 0)
+    n = jnp.abs(n)
+  else:
+    n = jnp.maximum(n, 0)
+  return (offset + jnp.asarray(table)[jnp.minimum(n, max_distance)]).astype(jnp.int32)
+
+
+def relative_positions(q_positions: jax.Array, kv_positions: jax.Array) -> jax.Array:
+  """j - i (key position minus query position): `[B or 1, T, S]` int32 from `[B, T]`/`[B, S]` (or 1-D)."""
+  q_BxT, kv_BxS = (jnp.asarray(p, jnp.int32) for p in (q_positions, kv_positions))
+  q_BxT = q_BxT[None] if q_BxT.ndim == 1 else q_BxT
+  kv_BxS = kv_BxS[None] if kv_BxS.ndim == 1 else kv_BxS
+  return kv_BxS[:, None, :] - q_BxT[:, :, None]

@@ -19,12 +19,17 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from jformer import checkpoint, data, models
+from jformer import checkpoint, data, models, parallel
+from jformer import config as config_lib
 from jformer.decode.translator import Translator
 from jformer.train import bleu, optim
 from jformer.train.progress import Progress, format_duration, write_json
-from jformer.train.state import init_train_state
-from jformer.train.step import make_eval_step, make_train_step
+
+
+def say(message: str):
+  """Prints on process 0 only."""
+  if parallel.is_chief():
+    print(message, flush=True)
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -56,10 +61,11 @@ def write_config(config, workdir: str):
   path = os.path.join(workdir, "config.json")
   resolved = json.loads(config.to_json_best_effort())
   if os.path.exists(path):
-    with open(path) as f:
-      previous = json.load(f)
-    if previous.get("model") != resolved["model"]:
-      raise ValueError(f"{workdir} holds a run with another model config ({path}); use a new --workdir")
+    previous = json.loads(config_lib.load_run(workdir).to_json_best_effort())
+    if previous["model"] != resolved["model"]:
+      changed = sorted(k for k in resolved["model"] if previous["model"].get(k) != resolved["model"][k])
+      raise ValueError(f"{workdir} holds a run with another model config (model.{', model.'.join(changed)} "
+                       f"differ from {path}); use a new --workdir")
     changed = sorted(k for k in resolved if previous.get(k) != resolved[k])
     if changed:
       logging.warning("Resuming with changed config sections %s (previous config in %s).", changed, path)
@@ -107,10 +113,9 @@ def test_bleu(config, model, params, tokenizer, datasets) -> dict:
   hypotheses = make_translator(config, model, params, tokenizer)(sources, rng=jax.random.PRNGKey(config.train.seed))
   score, signature = bleu.corpus_bleu(hypotheses, references)
   seconds = time.perf_counter() - start
-  print(f"BLEU {score:.2f} on {len(sources)} test sentences ({config.decode.method}, {seconds:.0f}s) | "
-        f"{signature}", flush=True)
+  say(f"BLEU {score:.2f} on {len(sources)} test sentences ({config.decode.method}, {seconds:.0f}s) | {signature}")
   for source, hypothesis, reference in list(zip(sources, hypotheses, references))[:3]:
-    print(f"  src: {source}\n  hyp: {hypothesis}\n  ref: {reference}", flush=True)
+    say(f"  src: {source}\n  hyp: {hypothesis}\n  ref: {reference}")
   return {"bleu": score, "sacrebleu_signature": signature, "bleu_examples": len(sources),
           "decode_seconds": seconds}
 
@@ -143,38 +148,34 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       max_length=config.data.max_length, packing=config.data.packing, long_examples=config.data.long_examples,
       seed=config.data.seed, eval_batch_size=per_host(config.data.eval_batch_size, "eval_batch_size"),
       **source_args(config, workdir))
-  print(f"data: {len(datasets.train_pairs):,} training pairs ({datasets.train_pairs.num_tokens():,} tokens), "
-        f"{datasets.train_pairs.dropped:,} dropped as longer than {config.data.max_length} tokens", flush=True)
+  say(f"data: {len(datasets.train_pairs):,} training pairs ({datasets.train_pairs.num_tokens():,} tokens), "
+      f"{datasets.train_pairs.dropped:,} dropped as longer than {config.data.max_length} tokens")
 
   model = models.build(config)
   tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
   example = {k: jnp.zeros((1, config.data.max_length), jnp.int32) for k in ("inputs", "targets")}
-  state = jax.jit(lambda rng: init_train_state(model, tx, rng, example))(jax.random.PRNGKey(config.train.seed))
-  num_params = sum(x.size for x in jax.tree.leaves(state.params))
-  print(f"model: {num_params / 1e6:.2f}M parameters, devices: {jax.device_count()} x {jax.devices()[0].platform}",
-        flush=True)
+  runner = parallel.make_runner(config, model, tx, schedule, example)
+  state = runner.init_state(jax.random.PRNGKey(config.train.seed))
+  num_params = sum(x.size for x in jax.tree.leaves(runner.checkpoint_view(state).params))
+  say(f"model: {num_params / 1e6:.2f}M parameters; {runner.describe(state)}")
 
   checkpointer = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"),
                                          max_to_keep=config.train.keep_checkpoints,
                                          save_interval_steps=config.train.checkpoint_every)
   if checkpointer.latest_step() is not None:
-    state = checkpointer.restore(state, datasets.train)
-    print(f"resumed from step {int(state.step)} ({checkpointer.directory})", flush=True)
-  start_step = int(state.step)
+    state = runner.from_checkpoint(checkpointer.restore(runner.abstract_state(), datasets.train))
+    say(f"resumed from step {checkpointer.latest_step()} ({checkpointer.directory})")
+  start_step = int(runner.checkpoint_view(state).step)
 
-  train_step = jax.jit(make_train_step(model, tx, schedule, label_smoothing=config.train.label_smoothing,
-                                       grad_accumulation_steps=config.train.grad_accumulation_steps),
-                       donate_argnums=0)
-  eval_step = jax.jit(make_eval_step(model))
   progress = Progress(workdir, config.train.steps, start_step)
   preemption = _Preemption()
   results = {"step": start_step}
+  step = start_step
   try:
     for step in range(start_step + 1, config.train.steps + 1):
       batch = next(datasets.train)
       input_tokens = float(np.count_nonzero(batch["inputs"]) + np.count_nonzero(batch["targets"]))
-      state, metrics = train_step(state, batch)
-      metrics = jax.device_get(metrics)
+      state, metrics = runner.train_step(state, batch)
       if not np.isfinite(metrics["loss"]):
         raise NonFiniteLossError(f"loss is {metrics['loss']} at step {step}; stopping. The last good checkpoint "
                                  f"(step {checkpointer.latest_step()}) is kept in {checkpointer.directory}.")
@@ -185,25 +186,26 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
       if step % config.train.eval_every == 0 or step == config.train.steps:
         with progress.paused():
           results.update({f"eval_{k}": v for k, v in
-                          evaluate(eval_step, state.params, datasets.eval_batches("valid")).items()})
-        print(f"eval step {step}: loss {results['eval_loss']:.4f} | accuracy {results['eval_accuracy']:.3f} | "
-              f"perplexity {results['eval_perplexity']:.2f}", flush=True)
+                          evaluate(runner.eval_step, state.params, datasets.eval_batches("valid")).items()})
+        say(f"eval step {step}: loss {results['eval_loss']:.4f} | accuracy {results['eval_accuracy']:.3f} | "
+            f"perplexity {results['eval_perplexity']:.2f}")
         progress.scalars(step, {k[5:]: results[k] for k in ("eval_loss", "eval_accuracy", "eval_perplexity")},
                          prefix="eval/")
       if config.train.bleu_every and step % config.train.bleu_every == 0 and step != config.train.steps:
         with progress.paused():
-          progress.scalars(step, test_bleu(config, model, state.params, tokenizer, datasets), prefix="test/")
+          progress.scalars(step, test_bleu(config, model, runner.host_params(state), tokenizer, datasets),
+                           prefix="test/")
       with progress.paused():
-        checkpointer.save(step, state, datasets.train, force=step == config.train.steps or preemption.requested)
+        checkpointer.save(step, runner.checkpoint_view(state), datasets.train,
+                          force=step == config.train.steps or preemption.requested)
       if preemption.requested:
         checkpointer.wait()
-        print(f"preempted: saved step {step} to {checkpointer.directory}; rerun the same command to resume",
-              flush=True)
+        say(f"preempted: saved step {step} to {checkpointer.directory}; rerun the same command to resume")
         results["preempted"] = True
         return results
     checkpointer.wait()
-    results["step"] = int(state.step)
-    params = state.params
+    results["step"] = step
+    params = runner.host_params(state)
     if config.train.average_checkpoints > 1:
       params, steps = checkpoint.average_params(checkpointer.directory, last=config.train.average_checkpoints)
       checkpoint.save_params(os.path.join(workdir, "averaged"), params, overwrite=True)
@@ -213,9 +215,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     results["tokens_per_second"] = progress.train_tokens / max(progress.train_seconds, 1e-9)
     progress.scalars(results["step"], {"bleu": results["bleu"]}, prefix="test/")
     write_json(os.path.join(workdir, "results.json"), results)
-    print(f"done: step {results['step']}, BLEU {results['bleu']:.2f}, eval loss {results.get('eval_loss', 0):.4f}, "
-          f"{results['tokens_per_second']:,.0f} tokens/s over {format_duration(results['train_seconds'])} of "
-          f"training; results in {os.path.join(workdir, 'results.json')}", flush=True)
+    say(f"done: step {results['step']}, BLEU {results['bleu']:.2f}, eval loss {results.get('eval_loss', 0):.4f}, "
+        f"{results['tokens_per_second']:,.0f} tokens/s over {format_duration(results['train_seconds'])} of "
+        f"training; results in {os.path.join(workdir, 'results.json')}")
     return results
   finally:
     preemption.restore()

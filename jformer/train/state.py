@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import flax
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
@@ -18,11 +19,16 @@ class TrainState:
   rng: jax.Array
 
 
-def init_train_state(model, tx, rng: jax.Array, batch: dict) -> TrainState:
-  """Initialises parameters from the shapes of `batch` (a dict with 'inputs'/'targets') and the optimizer."""
+def init_train_state(model, tx, rng: jax.Array, batch: dict, *, boxed: bool = False) -> TrainState:
+  """Initialises parameters from the shapes of `batch` (a dict with 'inputs'/'targets') and the optimizer.
+
+  With `boxed=True` parameters and optimizer moments keep their `nn.LogicallyPartitioned` boxes (logical axis
+  names, from which `jformer.parallel` derives shardings); otherwise they are plain arrays.
+  """
   init_rng, train_rng = jax.random.split(rng)
   params = model.init(init_rng, *model_inputs(model, batch))["params"]
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), rng=train_rng)
+  state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), rng=train_rng)
+  return state if boxed else nn.meta.unbox(state)
 
 
 def model_inputs(model, batch: dict) -> tuple:

@@ -41,6 +41,8 @@ def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumul
 
   def train_step(state: TrainState, batch: dict):
     rng = jax.random.fold_in(state.rng, state.step)
+    if axis_name is not None:  # pmap: each device drops out its own shard independently.
+      rng = jax.random.fold_in(rng, jax.lax.axis_index(axis_name))
     micro_batches = jax.tree.map(
         lambda x: x.reshape((grad_accumulation_steps, x.shape[0] // grad_accumulation_steps) + x.shape[1:]), batch)
 

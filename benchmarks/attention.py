@@ -1,0 +1,115 @@
+"""Attention variants: forward+backward time and compiled temporary memory against sequence length.
+
+For each variant and length (128, 256, ..., `--max_length`): batch 1, 8 heads, head_dim 64, causal self-attention,
+float32; one jitted step computes the loss sum(attention(q, k, v)) and its gradients wrt q, k and v. Memory is
+the compiled step's temporary buffers (`memory_analysis().temp_size_in_bytes`), read before running; a step
+that would need more than `--max_temp_gib` is marked OOM and not run. Time is the median of `--reps` runs after
+one warm-up run (compile excluded), each waited for with `block_until_ready` (the minimum is printed too: on a
+shared machine it is the steadier figure).
+
+    python benchmarks/attention.py --max_length=8192 --variants=dot_product,chunked --json=attention.json
+    python benchmarks/attention.py --options='{"chunked": {"key_chunk_size": 512}}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+
+from jformer import attention
+
+REFERENCE = "dot_product"
+# Options a variant needs to run here (its required options), merged under --options.
+DEFAULT_OPTIONS = {"local": {"window_size": 256}}
+MIB = 2**20
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--variants", default=",".join(attention.available()),
+                      help="comma-separated registry names (default: all)")
+  parser.add_argument("--max_length", type=int, default=16384, help="longest sequence (powers of two from 128)")
+  parser.add_argument("--batch", type=int, default=1)
+  parser.add_argument("--heads", type=int, default=8)
+  parser.add_argument("--head_dim", type=int, default=64)
+  parser.add_argument("--reps", type=int, default=5, help="timed runs per point (median reported), >= 1")
+  parser.add_argument("--max_temp_gib", type=float, default=16.0, help="skip (OOM) a point needing more")
+  parser.add_argument("--options", default="{}", help='JSON {variant: {option: value}}, e.g. \'{"local": '
+                      '{"window_size": 128}}\'')
+  parser.add_argument("--json", default="", help="also write the rows to this JSON file")
+  args = parser.parse_args(argv)
+  if args.reps < 1:
+    parser.error("--reps must be >= 1")
+  args.variants = args.variants.split(",")
+  for name in args.variants:
+    attention.get(name)  # a KeyError naming the known variants
+  user_options = json.loads(args.options)
+  args.options = {name: {**DEFAULT_OPTIONS.get(name, {}), **user_options.get(name, {})} for name in args.variants}
+  return args
+
+
+def measure(name: str, length: int, args) -> dict:
+  """One (variant, length) point: compile, read temporary memory, then time unless it would not fit."""
+  kq, kk, kv = jax.random.split(jax.random.PRNGKey(0), 3)
+  shape = (args.batch, length, args.heads, args.head_dim)
+  q, k, v = (jax.random.normal(key, shape, jnp.float32) for key in (kq, kk, kv))
+  fn = functools.partial(attention.get(name).fn, causal=True, **args.options[name])
+  step = jax.jit(jax.value_and_grad(lambda q, k, v: jnp.sum(fn(q, k, v)), argnums=(0, 1, 2)))
+  start = time.perf_counter()
+  compiled = step.lower(q, k, v).compile()
+  row = dict(variant=name, length=length, compile_s=round(time.perf_counter() - start, 2),
+             temp_mib=round(compiled.memory_analysis().temp_size_in_bytes / MIB, 1), ms=None, min_ms=None,
+             status="ok")
+  if row["temp_mib"] > args.max_temp_gib * 1024:
+    row["status"] = "OOM"
+    return row
+  jax.block_until_ready(compiled(q, k, v))
+  times = []
+  for _ in range(args.reps):
+    start = time.perf_counter()
+    jax.block_until_ready(compiled(q, k, v))
+    times.append(time.perf_counter() - start)
+  row["ms"], row["min_ms"] = round(1e3 * statistics.median(times), 2), round(1e3 * min(times), 2)
+  return row
+
+
+def table(rows: list[dict]) -> str:
+  """Markdown table; time and memory also relative to the reference at the same length."""
+  reference = {r["length"]: r for r in rows if r["variant"] == REFERENCE}
+  lines = ["| variant | length | fwd+bwd ms (median) | min ms | x ref time | temp MiB | x ref memory | compile s |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+  for r in rows:
+    ref = reference.get(r["length"])
+    ms, min_ms = ("OOM (not run)", "-") if r["status"] == "OOM" else (f"{r['ms']:.1f}", f"{r['min_ms']:.1f}")
+    time_ratio = f"{r['ms'] / ref['ms']:.2f}" if ref and ref["ms"] and r["ms"] else "-"
+    memory_ratio = f"{r['temp_mib'] / ref['temp_mib']:.3f}" if ref and ref["temp_mib"] else "-"
+    lines.append(f"| {r['variant']} | {r['length']} | {ms} | {min_ms} | {time_ratio} | {r['temp_mib']:.1f} | "
+                 f"{memory_ratio} | {r['compile_s']:.1f} |")
+  return "\n".join(lines)
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  print(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), batch {args.batch}, heads {args.heads}, "
+        f"head_dim {args.head_dim}, causal, float32; options {args.options}", flush=True)
+  lengths = [2**p for p in range(7, 40) if 2**p <= args.max_length]
+  rows = []
+  for length in lengths:
+    for name in args.variants:
+      rows.append(measure(name, length, args))
+      print(json.dumps(rows[-1]), flush=True)
+  print(table(rows))
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(dict(backend=jax.default_backend(), batch=args.batch, heads=args.heads, head_dim=args.head_dim,
+                     options=args.options, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,95 @@
+"""`linear`: kernelized linear attention (Katharopoulos et al. 2020), phi(x) = elu(x) + 1."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jformer.attention.registry import register
+from jformer.ops import masks
+
+
+@register("linear", supports={"causal", "segment_ids", "positions", "decode"})
+def linear(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
+           kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, chunk_size=128):
+  """Linear attention: out_i = sum_j phi(q_i).phi(k_j) v_j / sum_j phi(q_i).phi(k_j) over visible j; not softmax.
+
+  phi(x) = elu(x) + 1 > 0 (Katharopoulos et al. 2020, eq. 5-7); visibility as in the variant signature. A query
+  that sees no key gets 0.
+  - Causal self-attention (T == S): chunks of `chunk_size` tokens; inside a chunk the masked quadratic form,
+    across chunks a running state sum_j phi(k_j) v_j^T, sum_j phi(k_j) of the segment still open (eq. 8-9,
+    the prefix sums, with a `lax.scan` over chunks): time O(T * (chunk + D Dv)), memory O(T * chunk + T/chunk D Dv).
+    The state carries over a chunk boundary only within a segment, so segments must be contiguous runs with
+    positions increasing along the row (as packing produces).
+  - Non-causal without segment ids: the global sums sum_j phi(k_j) v_j^T, sum_j phi(k_j): O(T + S).
+  - Otherwise (non-causal with segment ids, decode steps, causal T != S): the masked quadratic form over the
+    full `[T, S]` mask, O(T * S) (O(S) for a decode step, T = 1). Padded keys drop out through the mask.
+
+  Args:
+    query `[B, T, H, D]`, key `[B, S, H, D]`, value `[B, S, H, Dv]` (fewer key/value heads are repeated by the
+    registry), the masking arguments of the variant signature (`jformer/attention/__init__.py`).
+    chunk_size: option, a positive int.
+
+  Returns:
+    `[B, T, H, Dv]` in the query dtype.
+  """
+  del mask, bias, dropout_rate, dropout_rng  # not declared: the registry refuses them before calling.
+  if not isinstance(chunk_size, int) or chunk_size < 1:
+    raise ValueError(f"attention variant 'linear' needs a positive int chunk_size, got {chunk_size!r}")
+  q_len, kv_len = query.shape[1], key.shape[1]
+  phi_q, phi_k = (jax.nn.elu(x.astype(jnp.float32)) + 1.0 for x in (query, key))
+  value = value.astype(jnp.float32)
+  if causal and q_len == kv_len:
+    num, den = _causal_chunks(phi_q, phi_k, value, min(chunk_size, q_len), q_segment_ids, kv_segment_ids,
+                              q_positions, kv_positions)
+  elif not causal and q_segment_ids is None and kv_segment_ids is None:
+    num = jnp.einsum("bthd,bhde->bthe", phi_q, jnp.einsum("bshd,bshe->bhde", phi_k, value))
+    den = jnp.einsum("bthd,bhd->bth", phi_q, phi_k.sum(1))
+  else:
+    visible = masks.attention_mask(q_len, kv_len, causal=causal, q_segment_ids=q_segment_ids,
+                                   kv_segment_ids=kv_segment_ids, q_positions=q_positions, kv_positions=kv_positions)
+    num, den = _masked(phi_q, phi_k, value, visible[:, 0])
+  return (num / jnp.where(den > 0, den, 1.0)[..., None]).astype(query.dtype)
+
+
+def _masked(phi_q, phi_k, value, visible_BxTxS):
+  """Numerator `[B, T, H, Dv]` and denominator `[B, T, H]` of the quadratic form (phi(Q) phi(K)^T * M) V."""
+  weights_BxHxTxS = jnp.einsum("bthd,bshd->bhts", phi_q, phi_k) * visible_BxTxS[:, None]
+  return jnp.einsum("bhts,bshe->bthe", weights_BxHxTxS, value), jnp.einsum("bhts->bth", weights_BxHxTxS)
+
+
+def _causal_chunks(phi_q, phi_k, value, chunk: int, q_segment_ids, kv_segment_ids, q_positions, kv_positions):
+  """Causal numerator and denominator by chunks, with the state of the open segment carried across chunks."""
+  batch, length, heads, dim = phi_q.shape
+  if (q_segment_ids is None) != (kv_segment_ids is None):
+    raise ValueError("q_segment_ids and kv_segment_ids must be given together")
+  pad = -length % chunk
+  tokens = lambda x: jnp.broadcast_to(jnp.ones(length, jnp.int32) if x is None else x, (batch, length))
+  positions = lambda x: jnp.broadcast_to(jnp.arange(length) if x is None else x, (batch, length))
+  # Padding gets segment id 0: it sees nothing and is seen by nothing.
+  per_chunk = lambda x: jnp.moveaxis(
+      jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)).reshape(batch, -1, chunk, *x.shape[2:]), 1, 0)
+  xs = tuple(per_chunk(x) for x in (phi_q, phi_k, value, tokens(q_segment_ids), tokens(kv_segment_ids),
+                                    positions(q_positions), positions(kv_positions)))
+
+  def step(carry, x):
+    state_BxHxDxE, norm_BxHxD, open_segment_B = carry
+    phi_q, phi_k, value, q_segments, kv_segments, q_pos, kv_pos = x
+    phi_k = phi_k * (kv_segments != 0)[..., None, None]
+    num, den = _masked(phi_q, phi_k, value, masks.visible_keys(q_segments, kv_segments, q_pos, kv_pos))
+    continues = (q_segments == open_segment_B[:, None])[..., None]  # queries of the segment open before the chunk
+    num = num + jnp.einsum("bchd,bhde->bche", phi_q, state_BxHxDxE) * continues[..., None]
+    den = den + jnp.einsum("bchd,bhd->bch", phi_q, norm_BxHxD) * continues
+    last_B = kv_segments[:, -1]  # the only segment that can continue into the next chunk
+    keep_B = (last_B == open_segment_B).astype(phi_k.dtype)
+    phi_k_last = phi_k * (kv_segments == last_B[:, None])[..., None, None]
+    state_BxHxDxE = state_BxHxDxE * keep_B[:, None, None, None] + jnp.einsum("bchd,bche->bhde", phi_k_last, value)
+    norm_BxHxD = norm_BxHxD * keep_B[:, None, None] + phi_k_last.sum(1)
+    return (state_BxHxDxE, norm_BxHxD, last_B), (num, den)
+
+  init = (jnp.zeros((batch, heads, dim, value.shape[-1])), jnp.zeros((batch, heads, dim)),
+          jnp.zeros((batch,), jnp.int32))
+  _, (num, den) = lax.scan(step, init, xs)
+  unchunk = lambda x: jnp.moveaxis(x, 0, 1).reshape(batch, length + pad, *x.shape[3:])[:, :length]
+  return unchunk(num), unchunk(den)

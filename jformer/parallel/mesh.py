@@ -1,0 +1,65 @@
+"""The device mesh and the logical-axis -> mesh-axis rules (the only place shardings are decided)."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import numpy as np
+from jax.experimental import mesh_utils
+from jax.sharding import Mesh
+
+MESH_AXES = ("data", "fsdp", "tensor")
+
+# Logical names used by the modules' parameters and activations -> mesh axes.
+#   batch: data-parallel over data x fsdp.   embed: parameters sharded over fsdp (ZeRO-3 style).
+#   heads / mlp: Megatron-style tensor parallelism (attention heads, feed-forward hidden units).
+LOGICAL_AXIS_RULES = (
+    ("batch", ("data", "fsdp")),
+    ("embed", "fsdp"),
+    ("heads", "tensor"),
+    ("kv_heads", "tensor"),
+    ("mlp", "tensor"),
+    ("vocab", "tensor"),
+    ("head_dim", None),
+    ("length", None),
+    ("positions", None),
+    ("buckets", None),
+    ("norm", None),
+)
+
+
+def mesh_shape(parallel_config, num_devices: int | None = None) -> dict[str, int]:
+  """{'data': d, 'fsdp': f, 'tensor': t} with one -1 resolved to the remaining devices.
+
+  Without a -1 the mesh may use fewer devices than there are (e.g. 1x1x1 = one device).
+  """
+  num_devices = jax.device_count() if num_devices is None else num_devices
+  sizes = {axis: int(parallel_config[axis]) for axis in MESH_AXES}
+  unknown = [axis for axis, size in sizes.items() if size == -1]
+  if len(unknown) > 1:
+    raise ValueError(f"only one of parallel.data/fsdp/tensor may be -1 (the rest of the devices); got {sizes}")
+  known = math.prod(size for size in sizes.values() if size != -1)
+  if any(size == 0 or size < -1 for size in sizes.values()):
+    raise ValueError(f"parallel.data/fsdp/tensor must be positive or -1; got {sizes}")
+  if unknown:
+    if num_devices % known:
+      raise ValueError(f"{num_devices} devices are not divisible by the fixed mesh axes {sizes}")
+    sizes[unknown[0]] = num_devices // known
+  if math.prod(sizes.values()) > num_devices:
+    raise ValueError(f"mesh {sizes} needs {math.prod(sizes.values())} devices but {num_devices} are available")
+  return sizes
+
+
+def make_mesh(parallel_config, devices=None) -> Mesh:
+  """A Mesh over the first data*fsdp*tensor of all (or the given) devices, axes ('data', 'fsdp', 'tensor')."""
+  devices = jax.devices() if devices is None else devices
+  sizes = mesh_shape(parallel_config, len(devices))
+  shape = tuple(sizes[axis] for axis in MESH_AXES)
+  devices = devices[:math.prod(shape)]
+  try:
+    device_array = mesh_utils.create_device_mesh(shape, devices=devices)
+  except (ValueError, NotImplementedError, AssertionError):  # CPU / unusual topologies: plain order.
+    device_array = np.asarray(devices).reshape(shape)
+  return Mesh(device_array, MESH_AXES)
+

@@ -1,0 +1,161 @@
+"""Two thin wrappers around the one pure train step: `MeshRunner` (jit over a mesh) and `PmapRunner`.
+
+Both take host-local numpy batches (each host's share of the global batch) and return host-readable metrics;
+`checkpoint_view` / `from_checkpoint` convert between the running state and what is saved, so a checkpoint
+written under one topology restores under any other.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jformer.parallel.mesh import LOGICAL_AXIS_RULES, make_mesh
+from jformer.train.state import init_train_state
+from jformer.train.step import make_eval_step, make_train_step
+
+PMAP_AXIS = "batch"
+
+
+def _bytes_per_device(tree) -> int:
+  """Bytes that one device (the first) holds of the arrays in `tree`."""
+  total = 0
+  for leaf in jax.tree.leaves(tree):
+    shards = leaf.addressable_shards
+    total += shards[0].data.nbytes if shards else 0
+  return total
+
+
+class MeshRunner:
+  """`jax.jit` over a ('data', 'fsdp', 'tensor') mesh; the state is created already sharded."""
+  mode = "mesh"
+
+  def __init__(self, model, tx, schedule, parallel_config, *, label_smoothing: float, grad_accumulation_steps: int,
+               example_batch: dict):
+    self.mesh = make_mesh(parallel_config)
+    self.model, self.tx = model, tx
+    boxed = jax.eval_shape(lambda rng: init_train_state(model, tx, rng, example_batch, boxed=True),
+                           jax.random.PRNGKey(0))
+    self.state_sharding = nn.logical_to_mesh_sharding(nn.get_partition_spec(boxed), self.mesh, LOGICAL_AXIS_RULES)
+    self._init = jax.jit(lambda rng: init_train_state(model, tx, rng, example_batch),
+                         out_shardings=self.state_sharding)
+    self.batch_sharding = NamedSharding(self.mesh, PartitionSpec(("data", "fsdp")))
+    self._batch_parallelism = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+    step = make_train_step(model, tx, schedule, label_smoothing=label_smoothing,
+                           grad_accumulation_steps=grad_accumulation_steps)
+    self._train_step = jax.jit(step, in_shardings=(self.state_sharding, self.batch_sharding),
+                               out_shardings=(self.state_sharding, None), donate_argnums=0)
+    self._eval_step = jax.jit(make_eval_step(model), in_shardings=(self.state_sharding.params, self.batch_sharding))
+
+  def init_state(self, rng):
+    return self._init(rng)
+
+  def abstract_state(self):
+    """ShapeDtypeStructs with this mesh's shardings: the restore target of any checkpoint."""
+    shapes = jax.eval_shape(self._init, jax.random.PRNGKey(0))
+    return jax.tree.map(lambda s, sharding: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes,
+                        self.state_sharding)
+
+  def shard_batch(self, local_batch: dict) -> dict:
+    global_rows = next(iter(local_batch.values())).shape[0] * jax.process_count()
+    if global_rows % self._batch_parallelism:
+      raise ValueError(f"global batch of {global_rows} rows is not divisible by data x fsdp = "
+                       f"{self._batch_parallelism}; change data.batch_size or the mesh")
+    return {k: jax.make_array_from_process_local_data(self.batch_sharding, np.asarray(v))
+            for k, v in local_batch.items()}
+
+  def train_step(self, state, local_batch):
+    state, metrics = self._train_step(state, self.shard_batch(local_batch))
+    return state, jax.device_get(metrics)
+
+  def eval_step(self, params, local_batch):
+    return jax.device_get(self._eval_step(params, self.shard_batch(local_batch)))
+
+  def checkpoint_view(self, state):
+    return state
+
+  def from_checkpoint(self, state):
+    return state
+
+  def host_params(self, state):
+    """Parameters usable by a single-host decoder (gathered from every host when there are several)."""
+    return multihost_utils.process_allgather(state.params) if jax.process_count() > 1 else state.params
+
+  def describe(self, state) -> str:
+    mesh = ", ".join(f"{axis}={size}" for axis, size in self.mesh.shape.items())
+    return (f"mesh ({mesh}) over {jax.device_count()} {jax.devices()[0].platform} devices, "
+            f"{jax.process_count()} process(es); per device: parameters "
+            f"{_bytes_per_device(state.params) / 2**20:,.1f} MiB, optimizer state "
+            f"{_bytes_per_device(state.opt_state) / 2**20:,.1f} MiB")
+
+
+class PmapRunner:
+  """Classic data parallelism: `jax.pmap` of the same step, gradients summed over the 'batch' axis."""
+  mode = "pmap"
+
+  def __init__(self, model, tx, schedule, parallel_config, *, label_smoothing: float, grad_accumulation_steps: int,
+               example_batch: dict):
+    del parallel_config  # pmap uses every local device.
+    self.devices = jax.local_devices()
+    self._init = jax.jit(lambda rng: init_train_state(model, tx, rng, example_batch))
+    step = make_train_step(model, tx, schedule, label_smoothing=label_smoothing,
+                           grad_accumulation_steps=grad_accumulation_steps, axis_name=PMAP_AXIS)
+    self._train_step = jax.pmap(step, axis_name=PMAP_AXIS, donate_argnums=0)
+    self._eval_step = jax.pmap(make_eval_step(model, axis_name=PMAP_AXIS), axis_name=PMAP_AXIS)
+
+  def init_state(self, rng):
+    return self.from_checkpoint(self._init(rng))
+
+  def abstract_state(self):
+    device = jax.sharding.SingleDeviceSharding(self.devices[0])
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=device),
+                        jax.eval_shape(self._init, jax.random.PRNGKey(0)))
+
+  def shard_batch(self, local_batch: dict) -> dict:
+    n = len(self.devices)
+    rows = next(iter(local_batch.values())).shape[0]
+    if rows % n:
+      raise ValueError(f"per-host batch of {rows} rows is not divisible by the {n} local devices")
+    return {k: np.asarray(v).reshape((n, rows // n) + v.shape[1:]) for k, v in local_batch.items()}
+
+  def train_step(self, state, local_batch):
+    state, metrics = self._train_step(state, self.shard_batch(local_batch))
+    return state, jax.device_get(jax.tree.map(lambda x: x[0], metrics))
+
+  def eval_step(self, params, local_batch):
+    return jax.device_get(jax.tree.map(lambda x: x[0], self._eval_step(params, self.shard_batch(local_batch))))
+
+  def checkpoint_view(self, state):
+    """The state of device 0 (all replicas are equal)."""
+    return jax.tree.map(lambda x: x[0], state)
+
+  def from_checkpoint(self, state):
+    """Stacks one copy per local device along a leading axis, laid out as pmap expects."""
+    sharding = NamedSharding(jax.sharding.Mesh(np.asarray(self.devices), (PMAP_AXIS,)), PartitionSpec(PMAP_AXIS))
+    n = len(self.devices)
+    return jax.tree.map(lambda x: jax.device_put(jnp.broadcast_to(x, (n,) + x.shape), sharding), state)
+
+  def host_params(self, state):
+    return jax.tree.map(lambda x: x[0], state.params)
+
+  def describe(self, state) -> str:
+    one = self.checkpoint_view(state)
+    return (f"pmap over {len(self.devices)} local {self.devices[0].platform} devices x {jax.process_count()} "
+            f"process(es); per device: parameters {_bytes_per_device(one.params) / 2**20:,.1f} MiB, optimizer "
+            f"state {_bytes_per_device(one.opt_state) / 2**20:,.1f} MiB (replicated)")
+
+
+RUNNERS = {"mesh": MeshRunner, "pmap": PmapRunner}
+
+
+def make_runner(config, model, tx, schedule, example_batch: dict):
+  """The runner `config.parallel.mode` names, built for `model` and the optimizer."""
+  if config.parallel.mode not in RUNNERS:
+    raise ValueError(f"parallel.mode='{config.parallel.mode}' is unknown; known: {sorted(RUNNERS)}")
+  return RUNNERS[config.parallel.mode](model, tx, schedule, config.parallel, label_smoothing=config.train.label_smoothing,
+                                       grad_accumulation_steps=config.train.grad_accumulation_steps,
+                                       example_batch=example_batch)

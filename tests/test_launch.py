@@ -1,0 +1,297 @@
+"""Sweep launcher: expansion and names, validation before launch, the local backend for real, the report,
+the SLURM script and TPU commands against golden files, dry runs."""
+
+import csv
+import json
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from conftest import tiny_overrides
+from launch import cli, events, report, runs, sweep
+from launch.backends import slurm, tpu_vm
+
+GOLDEN = pathlib.Path(__file__).parent / "golden"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_sweep(path: pathlib.Path, base, points, fixed=None, extra="") -> pathlib.Path:
+  """A sweep file at `path` whose get_sweep() returns `points` (a Python expression over `sweep`)."""
+  path.write_text(f"from launch import sweep\n\nBASE = {str(base)!r}\nFIXED = {fixed or {}!r}\n{extra}\n\n"
+                  f"def get_sweep():\n  return {points}\n")
+  return path
+
+
+def test_axis_product_zip_and_lists():
+  attention = sweep.axis("model.attention", ["dot_product", "xla"])
+  warmup = sweep.axis("optimizer.warmup_steps", [100, 400])
+  assert sweep.product(attention, warmup) == [
+      {"model.attention": "dot_product", "optimizer.warmup_steps": 100},
+      {"model.attention": "dot_product", "optimizer.warmup_steps": 400},
+      {"model.attention": "xla", "optimizer.warmup_steps": 100},
+      {"model.attention": "xla", "optimizer.warmup_steps": 400}]
+  assert sweep.zip(attention, warmup) == [{"model.attention": "dot_product", "optimizer.warmup_steps": 100},
+                                          {"model.attention": "xla", "optimizer.warmup_steps": 400}]
+  heads = sweep.axis("model.num_heads", [2, 4])
+  assert sweep.product(sweep.zip(attention, warmup), heads)[1] == {
+      "model.attention": "dot_product", "optimizer.warmup_steps": 100, "model.num_heads": 4}
+  with pytest.raises(sweep.SweepError, match=r"one length, got lengths \[2, 3\]"):
+    sweep.zip(attention, sweep.axis("model.num_heads", [1, 2, 4]))
+  with pytest.raises(sweep.SweepError, match="'model.attention' is set by two combined axes"):
+    sweep.product(attention, attention)
+  with pytest.raises(sweep.SweepError, match="axis 'model.norm' has no values"):
+    sweep.axis("model.norm", [])
+
+
+def test_point_names_are_readable_path_safe_and_unique():
+  points = sweep.product(sweep.axis("model.attention", ["dot_product", "xla"]),
+                         sweep.axis("optimizer.warmup_steps", [100, 400]))
+  assert sweep.point_names(points) == [
+      "attention=dot_product,warmup_steps=100", "attention=dot_product,warmup_steps=400",
+      "attention=xla,warmup_steps=100", "attention=xla,warmup_steps=400"]
+  # Keys sharing their last part keep the full dotted name; values are spelled as on the command line.
+  assert sweep.point_names([{"data.max_length": 32, "model.max_length": 64, "data.packing": False}]) == [
+      "data.max_length=32,model.max_length=64,packing=false"]
+  unsafe = sweep.point_names([{"data.path": "/data/my corpus/../x", "model.dropout_rate": 1e-3},
+                              {"data.path": "d" * 300}, {"data.path": "d" * 299 + "e"}, {}])
+  assert unsafe[0] == "path=_data_my_corpus_.._x,dropout_rate=0.001"
+  assert len(unsafe[1]) == sweep.MAX_NAME_LENGTH and unsafe[1] != unsafe[2]  # Cut names end in a hash.
+  assert unsafe[3] == "base"
+  for name in unsafe:
+    assert "/" not in name and " " not in name and name not in (".", "..")
+
+
+def test_load_names_points_and_builds_commands(repo_root, tmp_path, monkeypatch):
+  monkeypatch.chdir(repo_root)
+  file = write_sweep(tmp_path / "warm.py", "configs/demo.py",
+                     'sweep.axis("optimizer.warmup_steps", [100, 400]) + [{"model.norm": "pre"}]',
+                     fixed={"train.steps": 10, "optimizer.warmup_steps": 50})
+  loaded = sweep.load(file)
+  assert loaded.name == "warm" and [p.name for p in loaded.points] == [
+      "warmup_steps=100", "warmup_steps=400", "norm=pre"]
+  assert [p.name for p in sweep.load(file).points] == [p.name for p in loaded.points]  # Stable.
+  assert all(p.steps == 10 for p in loaded.points)
+  # FIXED applies where a point has no value of its own; a point's own value wins.
+  assert loaded.train_args(loaded.points[2], "runs/warm/norm=pre") == [
+      "train", "--config=configs/demo.py", "--workdir=runs/warm/norm=pre", "--config.train.steps=10",
+      "--config.optimizer.warmup_steps=50", "--config.model.norm=pre"]
+  assert loaded.point_args(loaded.points[0]) == ["--config.optimizer.warmup_steps=100"]
+
+
+@pytest.mark.parametrize("point, message", [
+    ({"model.num_head": 4}, "point 1 'num_head=4' {'model.num_head': 4}: unknown config key 'model.num_head'; "
+                            "did you mean 'model.num_heads'?"),
+    ({"model.num_heads": 3}, "point 1 'num_heads=3' {'model.num_heads': 3}: invalid model config: d_model=256 "
+                             "is not divisible by num_heads=3"),
+    ({"train.steps": "many"}, "point 1 'steps=many' {'train.steps': 'many'}: config key 'train.steps' is a int"),
+])
+def test_invalid_points_fail_naming_point_and_key(point, message, repo_root, monkeypatch):
+  monkeypatch.chdir(repo_root)
+  with pytest.raises(sweep.SweepError) as error:
+    sweep.expand("bad", "configs/demo.py", [{"model.num_heads": 2}, point])
+  assert str(error.value).startswith(f"sweep 'bad': {message}")
+
+
+def test_duplicate_names_and_missing_base_are_errors(repo_root, monkeypatch):
+  monkeypatch.chdir(repo_root)
+  with pytest.raises(sweep.SweepError, match="points 0 and 1 are both 'norm=pre'"):
+    sweep.expand("dup", "configs/demo.py", [{"model.norm": "pre"}, {"model.norm": "pre"}])
+  with pytest.raises(sweep.SweepError, match="BASE: config file 'configs/nope.py' does not exist"):
+    sweep.expand("nobase", "configs/nope.py", [{"model.norm": "pre"}])
+  with pytest.raises(sweep.SweepError, match="non-empty list"):
+    sweep.expand("empty", "configs/demo.py", [])
+
+
+@pytest.mark.parametrize("backend", ["local", "slurm"])
+def test_invalid_sweep_launches_nothing(backend, repo_root, tmp_path, monkeypatch, capsys):
+  monkeypatch.chdir(repo_root)
+  file = write_sweep(tmp_path / "typo.py", "configs/demo.py",
+                     '[{"model.num_heads": 2}, {"optimizer.warmup_step": 10}]')
+  root = tmp_path / "runs"
+  assert cli.main([f"--sweep={file}", f"--backend={backend}", f"--root={root}"]) == 2
+  err = capsys.readouterr().err
+  assert "point 1 'warmup_step=10'" in err and "did you mean 'optimizer.warmup_steps'?" in err
+  assert not root.exists()
+
+
+def test_backend_flags_and_settings_are_checked(repo_root, tmp_path, monkeypatch, capsys):
+  monkeypatch.chdir(repo_root)
+  file = write_sweep(tmp_path / "s.py", "configs/demo.py", 'sweep.axis("model.norm", ["pre"])',
+                     extra='SLURM = {"gpus": 8}')
+  assert cli.main([f"--sweep={file}", "--nodes=2"]) == 2
+  assert "--nodes apply to --backend=slurm, not --backend=local" in capsys.readouterr().err
+  assert cli.main([f"--sweep={file}", "--backend=slurm", "--dry_run"]) == 2
+  assert "unknown SLURM setting(s) ['gpus']; known: nodes, gpus_per_node," in capsys.readouterr().err
+  assert cli.main([f"--sweep={file}", "--backend=tpu_vm", "--dry_run", "--zone=z"]) == 2
+  assert "needs TPU settings ['name', 'accelerator_type']" in capsys.readouterr().err
+
+
+def test_run_status(tmp_path):
+  workdir = str(tmp_path / "point")
+  assert runs.status(workdir, 6) == runs.NOT_STARTED
+  assert runs.run_logged([["sh", "-c", "echo training; exit 3"]], workdir) == 3
+  assert runs.status(workdir, 6) == runs.FAILED
+  assert "training\n=== exit status 3" in (tmp_path / "point" / runs.LOG).read_text()
+  os.remove(os.path.join(workdir, runs.EXIT_CODE))
+  assert runs.status(workdir, 6) == runs.RUNNING  # A log and no exit status yet.
+  assert runs.run_logged([["true"], ["sh", "-c", "exit 1"], ["false-not-reached"]], workdir) == 1
+  assert runs.run_logged([["true"]], workdir) == 0
+  assert runs.status(workdir, 6) == runs.STOPPED  # Exited cleanly before the last step (SIGTERM).
+  (tmp_path / "point" / runs.RESULTS).write_text(json.dumps({"step": 6}))
+  assert runs.status(workdir, 6) == runs.DONE and runs.status(workdir, 7) == runs.STOPPED
+
+
+def test_event_files_read_without_tensorflow(tmp_path):
+  from tensorboardX import SummaryWriter
+
+  for run, values in enumerate(([(1, 5.0), (2, 4.0)], [(2, 3.5), (3, 3.0)])):  # Resuming adds a file.
+    writer = SummaryWriter(str(tmp_path), filename_suffix=f".{run}")
+    for step, value in values:
+      writer.add_scalar("train/loss", value, step)
+    writer.close()
+  assert events.scalars(str(tmp_path)) == {"train/loss": [(1, 5.0), (2, 3.5), (3, 3.0)]}
+  newest = sorted(tmp_path.glob("events.out.tfevents.*"))[-1]
+  newest.write_bytes(newest.read_bytes()[:-7])  # A record still being written is ignored.
+  assert events.scalars(str(tmp_path)) == {"train/loss": [(1, 5.0), (2, 3.5)]}
+
+
+def test_local_sweep_runs_resumes_skips_and_reports(repo_root, tiny_corpus, tmp_path, monkeypatch, capsys):
+  monkeypatch.chdir(repo_root)
+  root = tmp_path / "runs"
+  file = write_sweep(tmp_path / "tiny.py", "configs/demo.py", 'sweep.axis("model.attention", ["dot_product"])',
+                     fixed=tiny_overrides(tiny_corpus, **{"train.steps": 3}))
+  assert cli.main([f"--sweep={file}", f"--root={root}"]) == 0
+  assert "attention=dot_product: done after" in capsys.readouterr().out
+  workdirs = [root / "tiny" / "attention=dot_product", root / "tiny" / "attention=xla"]
+  assert json.loads((workdirs[0] / runs.RESULTS).read_text())["step"] == 3
+
+  # More steps: the first point resumes, a second one starts, a third fails without stopping the others.
+  attention = 'sweep.axis("model.attention", ["dot_product", "xla"])'
+  missing = tmp_path / "missing_corpus"
+  write_sweep(file, "configs/demo.py", f'{attention} + [{{"model.attention": "xla", "data.path": {str(missing)!r}}}]',
+              fixed=tiny_overrides(tiny_corpus))
+  assert cli.main([f"--sweep={file}", f"--root={root}", "--parallel=2"]) == 1
+  second = capsys.readouterr().out
+  failing = sweep.point_names([{"model.attention": "xla", "data.path": str(missing)}])[0]
+  assert f"{failing}: FAILED with exit status 1" in second and f"1 of 3 points failed: {failing}" in second
+  assert "resumed from step 3" in (workdirs[0] / runs.LOG).read_text()
+  results = []
+  for workdir, logged_steps in zip(workdirs, ([2, 3, 4, 6], [2, 4, 6])):
+    assert (workdir / runs.EXIT_CODE).read_text() == "0\n"
+    results.append(json.loads((workdir / runs.RESULTS).read_text()))
+    assert results[-1]["step"] == 6
+    # The event files of both sessions of a resumed run are read: train loss at every logged step.
+    curve = events.scalars(str(workdir / "tensorboard"))["train/loss"]
+    assert [step for step, _ in curve] == logged_steps
+    assert curve[-1][1] == pytest.approx(results[-1]["train_loss"], rel=1e-6)
+  assert str(missing) in (root / "tiny" / failing / runs.LOG).read_text()
+
+  assert report.main([f"--sweep={file}", f"--root={root}"]) == 0
+  table = capsys.readouterr().out
+  assert table.startswith("| point | model.attention | data.path | status | step | train_loss | eval_loss |")
+  assert f"| attention=xla | xla | {tiny_corpus} | done | 6 | {results[1]['train_loss']:.4f} |" in table
+  with open(root / "tiny" / "report.csv") as f:
+    rows = list(csv.DictReader(f))
+  assert [(r["point"], r["status"]) for r in rows] == [
+      ("attention=dot_product", "done"), ("attention=xla", "done"), (failing, "failed")]
+  for row, result in zip(rows, results):
+    for metric in ("step", "train_loss", "eval_loss", "eval_accuracy", "bleu", "tokens_per_second"):
+      assert float(row[metric]) == pytest.approx(result[metric]), metric
+  assert rows[2]["train_loss"] == "" and rows[2]["data.path"] == str(missing)
+  assert table.split("\n\nwrote ")[0] in (root / "tiny" / "report.md").read_text()
+  png = (root / "tiny" / "curves.png").read_bytes()
+  assert png.startswith(PNG_MAGIC) and len(png) > 20_000
+  from matplotlib import image
+
+  assert image.imread(root / "tiny" / "curves.png").shape[:2] == (480, 1300)
+
+  # A rerun skips the finished points (their logs are untouched).
+  write_sweep(file, "configs/demo.py", attention, fixed=tiny_overrides(tiny_corpus))
+  logs = [(w / runs.LOG).read_text() for w in workdirs]
+  assert cli.main([f"--sweep={file}", f"--root={root}"]) == 0
+  third = capsys.readouterr().out
+  assert third.count(", skipped") == 2 and "started" not in third
+  assert [(w / runs.LOG).read_text() for w in workdirs] == logs
+
+
+def test_local_dry_run_prints_commands(repo_root, tmp_path, monkeypatch, capsys):
+  monkeypatch.chdir(repo_root)
+  file = write_sweep(tmp_path / "dry.py", "configs/demo.py", 'sweep.axis("model.norm", ["post", "pre"])',
+                     fixed={"train.steps": 5})
+  root = tmp_path / "runs"
+  assert cli.main([f"--sweep={file}", f"--root={root}", "--dry_run"]) == 0
+  out = capsys.readouterr().out.splitlines()
+  assert out[0] == "sweep 'dry': 2 points on configs/demo.py, all valid"
+  assert out[1] == f"# norm=post (output in {root}/dry/norm=post/launch.log)"
+  assert out[2].endswith(f"-m jformer.main train --config=configs/demo.py --workdir={root}/dry/norm=post "
+                         f"--config.train.steps=5 --config.model.norm=post")
+  assert len(out) == 5 and not root.exists()
+
+
+def golden_sweep(repo_root, monkeypatch) -> sweep.Sweep:
+  """Fixed inputs of the golden tests."""
+  monkeypatch.chdir(repo_root)
+  points = sweep.product(sweep.axis("model.attention", ["dot_product", "xla"]),
+                         sweep.axis("optimizer.warmup_steps", [100, 400]))
+  return sweep.expand("golden", "configs/demo.py", points, fixed={"train.steps": 200, "data.path": "/data/my corpus"})
+
+
+def test_slurm_script_golden(repo_root, monkeypatch):
+  golden = golden_sweep(repo_root, monkeypatch)
+  settings = slurm.Settings(nodes=2, gpus_per_node=8, time="04:00:00", partition="gpu", account="nlp",
+                            setup="module load cuda/12.4")
+  script = slurm.render(golden, "/scratch/runs", settings, python="/opt/jformer/.venv/bin/python",
+                        project_dir="/opt/jformer")
+  assert script.splitlines() == (GOLDEN / "slurm_sbatch.txt").read_text().splitlines()
+  assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0  # Valid bash.
+  partial = slurm.render(golden, "/scratch/runs", slurm.Settings(), python="python", project_dir="/p",
+                         tasks=[1, 3], parallel=2)
+  assert "#SBATCH --array=1,3%2\n" in partial and "--gpus-per-node" not in partial and "--account" not in partial
+
+
+def test_slurm_dry_run_prints_script_and_submission(repo_root, tmp_path, monkeypatch, capsys):
+  monkeypatch.chdir(repo_root)
+  file = write_sweep(tmp_path / "sl.py", "configs/demo.py", 'sweep.axis("model.norm", ["post", "pre"])',
+                     extra='SLURM = {"nodes": 4, "partition": "big"}')
+  root = tmp_path / "runs"
+  assert cli.main([f"--sweep={file}", "--backend=slurm", f"--root={root}", "--dry_run", "--nodes=2"]) == 0
+  out = capsys.readouterr().out
+  script = slurm.render(sweep.load(file), str(root), slurm.Settings(nodes=2, partition="big"),
+                        python=sys.executable, project_dir=str(repo_root))
+  assert f"# {root}/sl/sl.sbatch\n{script}\n# submitted with:\nsbatch --parsable {root}/sl/sl.sbatch\n" in out
+  assert "#SBATCH --nodes=2\n" in out and "#SBATCH --partition=big\n" in out  # Flags win over the file.
+  assert not root.exists()
+
+
+def test_tpu_vm_commands_golden(repo_root, monkeypatch):
+  golden = golden_sweep(repo_root, monkeypatch)
+  settings = tpu_vm.Settings(name="jf-v4", zone="us-central2-b", accelerator_type="v4-32", project="my-project",
+                             repo="https://example.com/jformer.git", ref="0123abc")
+  rendered = tpu_vm.render(golden, "runs", settings)
+  assert rendered.splitlines() == (GOLDEN / "tpu_vm_commands.txt").read_text().splitlines()
+  # Each printed line is exactly the command a run executes.
+  expected = [tpu_vm.create_command(settings), tpu_vm.install_command(settings)]
+  for point in golden.points:
+    expected += [tpu_vm.train_command(golden, point, "runs", settings),
+                 tpu_vm.fetch_command(golden, point, "runs", settings)]
+  assert [shlex.split(line) for line in rendered.splitlines() if not line.startswith("#")] == expected
+  absolute = sweep.expand("abs", str(repo_root / "configs" / "demo.py"), [{"model.norm": "pre"}])
+  with pytest.raises(sweep.SweepError, match="give a path relative to the project root"):
+    tpu_vm.render(absolute, "runs", settings)
+
+
+def test_example_sweeps_expand(repo_root, monkeypatch):
+  from jformer import attention
+
+  monkeypatch.chdir(repo_root)
+  variants = sweep.load("configs/sweeps/attention_variants.py")
+  assert [p.overrides["model.attention"] for p in variants.points] == attention.available()
+  assert variants.points[0].name == f"attention={attention.available()[0]}"
+  assert all(p.steps == 100 for p in variants.points) and variants.fixed["train.bleu_examples"] == 100
+  heads = sweep.load("configs/sweeps/heads_ablation.py")
+  assert [p.name for p in heads.points] == [f"num_heads={h},d_model=512" for h in (1, 4, 8, 16, 32)]
+  assert heads.base == "configs/transformer_base.py"
