@@ -198,14 +198,21 @@ def flatten(config: ml_collections.ConfigDict, prefix: str = "") -> dict[str, An
   return flat
 
 
+def import_file(file: str | pathlib.Path, kind: str, example: str):
+  """Imports a Python file by path (config and sweep files are not modules of a package)."""
+  file = pathlib.Path(file)
+  if not file.is_file():
+    raise FileNotFoundError(f"{kind} file '{file}' does not exist (pass e.g. {example})")
+  spec = importlib.util.spec_from_file_location(f"jformer_{kind}_{file.stem}", file)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
 def _read(path) -> ml_collections.ConfigDict:
   path_str, _, arg = str(path).partition(":")
   file = pathlib.Path(path_str)
-  if not file.is_file():
-    raise FileNotFoundError(f"config file '{file}' does not exist (pass e.g. --config=configs/demo.py)")
-  spec = importlib.util.spec_from_file_location(f"jformer_config_{file.stem}", file)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  module = import_file(file, "config", "--config=configs/demo.py")
   if not hasattr(module, "get_config"):
     raise AttributeError(f"config file '{file}' defines no get_config()")
   config = module.get_config(arg) if arg else module.get_config()

@@ -22,7 +22,6 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import hashlib
-import importlib.util
 import itertools
 import os
 import pathlib
@@ -123,12 +122,13 @@ def _args(overrides: Mapping[str, Any]) -> list[str]:
 
 def load(path: str | os.PathLike) -> Sweep:
   """Reads a sweep file, expands and validates its points; raises SweepError before anything runs."""
+  from jformer import config as config_lib  # Imports jax: only when a sweep is loaded.
+
   file = pathlib.Path(path)
-  if not file.is_file():
-    raise SweepError(f"sweep file '{file}' does not exist (pass e.g. --sweep=configs/sweeps/attention_variants.py)")
-  spec = importlib.util.spec_from_file_location(f"jformer_sweep_{file.stem}", file)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  try:
+    module = config_lib.import_file(file, "sweep", "--sweep=configs/sweeps/attention_variants.py")
+  except FileNotFoundError as e:
+    raise SweepError(str(e)) from None
   for required in ("BASE", "get_sweep"):
     if not hasattr(module, required):
       raise SweepError(f"sweep file '{file}' defines no {required} (see launch/README.md)")
