@@ -9,27 +9,20 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import test_decode_search as search_tests
 from jformer.decode import NEG_INF, filter_logits, greedy_search, sample
 
 EOS = 1
 
 
-class StepModel:
-  """Logits from a fixed random table indexed by row, step (a scalar in the cache) and previous token."""
+class StepModel(search_tests.StepModel):
+  """The search tests' table model with softer EOS logits: drawn + 6 where boosted, drawn - 3 elsewhere."""
 
   def __init__(self, seed, batch, vocab, max_len, eos_rate=0.1):
-    rng = np.random.default_rng(seed)
-    self.batch, self.vocab, self.max_len = batch, vocab, max_len
-    table = rng.normal(size=(batch, max_len, vocab, vocab)) * 1.5
-    table[..., EOS] += np.where(rng.random(table.shape[:-1]) < eos_rate, 6.0, -3.0)
-    self.table = table
+    super().__init__(seed, batch, vocab, max_len, eos_rate)
 
-  def init_cache(self):
-    return {"row": jnp.arange(self.batch, dtype=jnp.int32), "index": jnp.int32(0)}
-
-  def step(self, ids, cache):
-    logits = jnp.asarray(self.table, jnp.float32)[cache["row"], cache["index"], ids[:, 0]]
-    return logits, {"row": cache["row"], "index": cache["index"] + 1}
+  def eos_logits(self, drawn, boosted):
+    return drawn + np.where(boosted, 6.0, -3.0)
 
 
 def run_sample(model, seed=0, max_lengths=None, **kwargs):

@@ -98,8 +98,13 @@ class StepModel:
     rng = np.random.default_rng(seed)
     self.batch, self.vocab, self.max_len = batch, vocab, max_len
     table = rng.normal(size=(batch, max_len, vocab, vocab)) * 1.5
-    table[..., EOS] = np.where(rng.random(table.shape[:-1]) < eos_rate, 20.0, -20.0)
+    table[..., EOS] = self.eos_logits(table[..., EOS], rng.random(table.shape[:-1]) < eos_rate)
     self.table = table
+
+  def eos_logits(self, drawn, boosted):
+    """EOS logits of the table from the drawn ones and where EOS is boosted: +-20 here."""
+    del drawn
+    return np.where(boosted, 20.0, -20.0)
 
   def init_cache(self):
     return {"row": jnp.arange(self.batch, dtype=jnp.int32), "index": jnp.int32(0)}
