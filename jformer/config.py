@@ -35,7 +35,7 @@ def base_config() -> ml_collections.ConfigDict:
   model.num_decoder_layers = 6  # Decoder layers (paper: N).
   model.dropout_rate = 0.1  # Dropout on sublayer outputs and embedding sums (paper: P_drop).
   model.attention_dropout_rate = 0.0  # Dropout on attention weights (not in the paper).
-  model.attention = "dot_product"  # Attention variant, a name from `jformer attention list`.
+  model.attention = "auto"  # Attention variant, a name from `jformer attention list`; auto: chosen per backend/shape.
   model.attention_options = ml_collections.ConfigDict()  # Keyword options of that variant.
   model.positional = "sinusoidal"  # 'sinusoidal' (paper), 'learned', 'rotary', 'alibi', 'relative' (T5) or 'none'.
   model.relative_num_buckets = 32  # 'relative': relative-position buckets per stack (T5: 32).

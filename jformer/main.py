@@ -19,6 +19,8 @@ import argparse
 import sys
 import time
 
+from jformer import runtime
+
 COMMANDS = {}
 
 
@@ -242,6 +244,7 @@ def main(argv=None):
     sys.exit(importlib.import_module(DELEGATED[argv[0]][0]).main(argv[1:]))
   args, overrides = parse(argv)
   fn, _ = COMMANDS[args.command]
+  runtime.configure_host_allocator()  # before JAX starts its threads.
   try:
     fn(args, overrides)
   except (KeyError, ValueError, TypeError, FileNotFoundError) as e:

@@ -15,7 +15,8 @@ from jformer.attention import registry
 
 
 def test_unknown_variant_lists_known_ones():
-  with pytest.raises(KeyError, match=r"unknown attention variant 'nope'; known variants: \['chunked', 'dot_product'"):
+  with pytest.raises(KeyError,
+                     match=r"unknown attention variant 'nope'; known variants: \['auto', 'chunked', 'dot_product'"):
     attention.get("nope")
   assert {"chunked", "dot_product", "flash_pallas", "linear", "local", "xla"} <= set(attention.available())
 

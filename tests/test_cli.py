@@ -46,4 +46,4 @@ def test_bad_override_exits_with_message(repo_root):
 def test_attention_list(capsys):
   main.main(["attention", "list"])
   out = capsys.readouterr().out
-  assert out.startswith("chunked") and "dot_product" in out and "xla" in out
+  assert out.startswith("auto") and "chunked" in out and "dot_product" in out and "xla" in out

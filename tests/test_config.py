@@ -37,9 +37,10 @@ def test_wrong_types_are_rejected(demo):
     ({"model.num_heads": 3}, "d_model=256 is not divisible by num_heads=3"),
     ({"model.positional": "fourier"}, "positional='fourier' is not one of"),
     ({"model.norm": "sandwich"}, "norm='sandwich'"),
-    ({"model.attention": "magic"}, r"unknown attention variant 'magic'; known variants: \['chunked', 'dot_product'"),
+    ({"model.attention": "magic"},
+     r"unknown attention variant 'magic'; known variants: \['auto', 'chunked', 'dot_product'"),
     ({"model.attention": "xla", "model.attention_dropout_rate": 0.1}, r"'xla' does not support \['dropout'\]"),
-    ({"model.attention_options.chunk_size": 64}, r"'dot_product' has no option\(s\) \['chunk_size'\]"),
+    ({"model.attention_options.chunk_size": 64}, r"'auto' has no option\(s\) \['chunk_size'\]"),
     ({"model.architecture": "rnn"}, "model.architecture='rnn' is unknown"),
     ({"model.dtype": "float8"}, "model.dtype='float8'"),
 ])

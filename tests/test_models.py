@@ -124,6 +124,33 @@ def test_cached_decoding_equals_full_forward(positional):
   np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, atol=1e-4)
 
 
+def test_decoding_projects_the_encoder_output_once():
+  """Encoder-decoder keys/values are projected at the first step and read from the cache afterwards."""
+  model = tiny()
+  x, y = tokens(0, (2, 6)), tokens(1, (2, 4))
+  params = init(model, x, y)
+  encoded = model.apply(params, x, method=model.encode)
+  cache = model.init(jax.random.PRNGKey(0), encoded, x, y, decode=True, method=model.decode)["cache"]
+  previous = jnp.pad(y, ((0, 0), (1, 0)))[:, :-1]
+
+  def run(encoded_after_first_step):
+    state, steps = cache, []
+    for t in range(y.shape[1]):
+      logits, mutated = model.apply({"params": params["params"], "cache": state},
+                                    encoded if t == 0 else encoded_after_first_step, x, previous[:, t:t + 1],
+                                    decode=True, method=model.decode, mutable=["cache"])
+      state = mutated["cache"]
+      steps.append(logits)
+    return jnp.concatenate(steps, axis=1), state
+
+  logits, state = run(encoded)
+  np.testing.assert_array_equal(run(jnp.zeros_like(encoded))[0], logits)
+  cross = state["decoder"]["layer_0"]["cross_attention"]
+  key_kernel = params["params"]["decoder"]["layer_0"]["cross_attention"]["key"]["kernel"]
+  assert bool(cross["cross_filled"])
+  np.testing.assert_allclose(cross["cross_key"], jnp.einsum("bsd,dgk->bgsk", encoded, key_kernel), atol=1e-5)
+
+
 def test_packed_rows_equal_separate_examples():
   model = tiny(**{"model.positional": "rotary"})
   xa, ya, xb, yb = tokens(0, (1, 3)), tokens(1, (1, 4)), tokens(2, (1, 4)), tokens(3, (1, 2))
@@ -151,8 +178,8 @@ def test_embedding_sharing_options_change_parameters():
   shared = jax.eval_shape(lambda: init(tiny(), x, x))["params"]
   separate = jax.eval_shape(
       lambda: init(tiny(**{"model.share_embeddings": False, "model.tie_output_embedding": False}), x, x))["params"]
-  assert "shared_embedding" in shared and "logits" not in shared["decoder"]
-  assert {"source_embedding", "target_embedding"} <= set(separate) and "logits" in separate["decoder"]
+  assert "shared_embedding" in shared and "output_embedding" not in shared["decoder"]
+  assert {"source_embedding", "target_embedding"} <= set(separate) and "output_embedding" in separate["decoder"]
 
 
 def test_sequence_longer_than_max_length_is_an_error():

@@ -181,7 +181,7 @@ def test_grouped_query_attention_shrinks_key_value_params_and_cache(kv_heads):
   encoded = jnp.zeros((2, 5, 32))
   cache = jax.eval_shape(functools.partial(model.init, decode=True, method=model.decode), jax.random.PRNGKey(0),
                          encoded, x, jnp.zeros((2, 7), jnp.int32))["cache"]
-  assert cache["decoder"]["layer_0"]["self_attention"]["cached_key"].shape == (2, 7, kv_heads, head_dim)
+  assert cache["decoder"]["layer_0"]["self_attention"]["cached_key"].shape == (2, kv_heads, 7, head_dim)
 
 
 @pytest.mark.parametrize("option, table", [("relative", True), ("alibi", False)])

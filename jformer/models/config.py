@@ -29,7 +29,7 @@ class TransformerConfig:
   num_decoder_layers: int = 6
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.0
-  attention: str = "dot_product"
+  attention: str = "auto"
   attention_options: tuple = ()
   positional: str = "sinusoidal"
   relative_num_buckets: int = 32

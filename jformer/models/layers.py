@@ -123,8 +123,9 @@ class MultiHeadAttention(nn.Module):
   """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (eq. 4-5).
 
   The attention itself is the registry function named by `config.attention`. Self-attention when
-  `inputs_kv` is None. With `decode=True` (self-attention only), keys/values are appended to a cache of the
-  length the module was initialised with, and queries attend to the filled part.
+  `inputs_kv` is None. With `decode=True`, self-attention appends its keys/values to a cache of the length the
+  module was initialised with, and queries attend to the filled part; encoder-decoder attention projects the
+  encoder output once, at the first step, and reuses it from the cache.
 
   Grouped-query attention (Ainslie et al. 2023): keys and values are projected to G = `config.kv_heads`
   heads (G = 1: multi-query, Shazeer 2019), query head h using key/value head h // (H / G); the cache holds
@@ -150,12 +151,15 @@ class MultiHeadAttention(nn.Module):
     kv_source = inputs_q_BxTxD if inputs_kv_BxSxD is None else inputs_kv_BxSxD
     query_BxTxHxK = projection(cfg.num_heads, "heads", "query")(inputs_q_BxTxD)
     # No key bias: q.(k + b) shifts every logit of a query equally, which softmax ignores (its gradient is 0).
-    key_BxSxGxK = projection(cfg.kv_heads, "kv_heads", "key", use_bias=False)(kv_source)
-    value_BxSxGxK = projection(cfg.kv_heads, "kv_heads", "value")(kv_source)
+    key_projection = projection(cfg.kv_heads, "kv_heads", "key", use_bias=False)
+    value_projection = projection(cfg.kv_heads, "kv_heads", "value")
+    project_kv = lambda: (key_projection(kv_source), value_projection(kv_source))
 
-    if decode:
-      if inputs_kv_BxSxD is not None:
-        raise ValueError("decode=True caches self-attention only; cross-attention keys are recomputed")
+    if decode and inputs_kv_BxSxD is not None:
+      key_BxSxGxK, value_BxSxGxK = self._cross_attention_cache(project_kv)
+    else:
+      key_BxSxGxK, value_BxSxGxK = project_kv()
+    if decode and inputs_kv_BxSxD is None:
       q_positions = decode_step_positions(self, *inputs_q_BxTxD.shape[:2])
     if self.rotary or self.position_bias is not None:
       q_positions = _default_positions(q_positions, query_BxTxHxK)
@@ -163,7 +167,7 @@ class MultiHeadAttention(nn.Module):
     if self.rotary:
       query_BxTxHxK = positional.apply_rotary(query_BxTxHxK, q_positions)
       key_BxSxGxK = positional.apply_rotary(key_BxSxGxK, kv_positions)
-    if decode:
+    if decode and inputs_kv_BxSxD is None:
       key_BxSxGxK, value_BxSxGxK, kv_positions = self._update_cache(key_BxSxGxK, value_BxSxGxK, q_positions)
 
     masking = dict(causal=self.causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
@@ -181,19 +185,45 @@ class MultiHeadAttention(nn.Module):
                            bias_init=logical(nn.initializers.zeros, "embed"), dtype=cfg.dtype,
                            name="out")(out_BxTxHxK)
 
+  def _cross_attention_cache(self, project_kv):
+    """Encoder-decoder keys and values `[B, S, G, K]`, projected at the first decode step and cached for the rest
+    (the encoder output does not change while decoding; projecting it every step would cost 2 S d^2 per layer
+    and row, most of a step's work)."""
+    if not self.has_variable("cache", "cross_key"):  # `init` shapes the cache.
+      key_BxSxGxK, value_BxSxGxK = project_kv()
+      self.variable("cache", "cross_key", jnp.zeros_like, heads_major(key_BxSxGxK))
+      self.variable("cache", "cross_value", jnp.zeros_like, heads_major(value_BxSxGxK))
+      self.variable("cache", "cross_filled", lambda: jnp.zeros((), jnp.bool_))
+      return key_BxSxGxK, value_BxSxGxK
+    cached_key, cached_value = self.variable("cache", "cross_key"), self.variable("cache", "cross_value")
+    filled = self.variable("cache", "cross_filled")
+    project = lambda module: tuple(heads_major(x) for x in project_kv())
+    key_BxGxSxK, value_BxGxSxK = nn.cond(filled.value, lambda module: (cached_key.value, cached_value.value),
+                                         project, self)
+    cached_key.value, cached_value.value, filled.value = key_BxGxSxK, value_BxGxSxK, jnp.ones((), jnp.bool_)
+    return heads_major(key_BxGxSxK), heads_major(value_BxGxSxK)
+
   def _update_cache(self, key_BxTxGxK, value_BxTxGxK, positions_BxT):
-    """Writes this step's keys/values into the cache; returns the whole cache and its slot positions."""
+    """Writes this step's keys/values into the cache; returns the whole cache `[B, S, G, K]` and its slot
+    positions. The cache is kept heads-major, `[B, G, S, K]` (see `heads_major`)."""
     initialized = self.has_variable("cache", "cached_key")
-    cached_key = self.variable("cache", "cached_key", jnp.zeros, key_BxTxGxK.shape, key_BxTxGxK.dtype)
-    cached_value = self.variable("cache", "cached_value", jnp.zeros, value_BxTxGxK.shape, value_BxTxGxK.dtype)
+    cached_key = self.variable("cache", "cached_key", jnp.zeros_like, heads_major(key_BxTxGxK))
+    cached_value = self.variable("cache", "cached_value", jnp.zeros_like, heads_major(value_BxTxGxK))
     if not initialized:  # `init` shapes the cache with the full decode length; nothing to attend to yet.
       return key_BxTxGxK, value_BxTxGxK, positions_BxT
     start = positions_BxT[0, 0]
-    cached_key.value = jax.lax.dynamic_update_slice_in_dim(cached_key.value, key_BxTxGxK, start, axis=1)
-    cached_value.value = jax.lax.dynamic_update_slice_in_dim(cached_value.value, value_BxTxGxK, start, axis=1)
-    slots = cached_key.value.shape[1]
+    cached_key.value = jax.lax.dynamic_update_slice_in_dim(cached_key.value, heads_major(key_BxTxGxK), start, axis=2)
+    cached_value.value = jax.lax.dynamic_update_slice_in_dim(cached_value.value, heads_major(value_BxTxGxK), start,
+                                                             axis=2)
+    slots = cached_key.value.shape[2]
     # Slots past the current step hold zeros; causal masking by position hides them.
-    return cached_key.value, cached_value.value, jnp.arange(slots)[None, :]
+    return heads_major(cached_key.value), heads_major(cached_value.value), jnp.arange(slots)[None, :]
+
+
+def heads_major(x: jax.Array) -> jax.Array:
+  """`[B, L, G, K]` <-> `[B, G, L, K]` (its own inverse). Caches are stored heads-major, the layout the attention
+  matmuls read: XLA cancels the transpose back, instead of copying the whole cache at every decode step."""
+  return jnp.swapaxes(x, 1, 2)
 
 
 def attention_weights(query_BxTxHxK, key_BxSxGxK, **masking) -> jax.Array:

@@ -20,6 +20,8 @@ class LanguageModel(nn.Module):
     cfg = self.config
     self.decoder = Decoder(cfg, Embed(cfg.vocab_size, cfg.d_model, cfg.dtype, name="embedding"))
 
-  def __call__(self, tokens, *, positions=None, segmentation=None, deterministic=True, decode=False):
+  def __call__(self, tokens, *, positions=None, segmentation=None, deterministic=True, decode=False,
+               return_hidden=False):
+    """`return_hidden`: return (hidden `[B, T, D]`, output embedding `[V, D]`) instead of logits (see `Decoder`)."""
     return self.decoder(tokens, None, positions_BxT=positions, segmentation_BxT=segmentation,
-                        deterministic=deterministic, decode=decode)
+                        deterministic=deterministic, decode=decode, return_hidden=return_hidden)

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from jformer.models.config import BIAS_POSITIONAL, TransformerConfig
-from jformer.models.layers import (AddPositions, AttentionBias, Embed, FeedForward, MultiHeadAttention, layer_norm, logical,
+from jformer.models.layers import (AddPositions, AttentionBias, Embed, FeedForward, MultiHeadAttention, layer_norm,
                                    residual)
 
 
@@ -55,7 +55,8 @@ class TransformerLayer(nn.Module):
         query_segments = jnp.ones(x_BxLxD.shape[:2], jnp.int32)
       x_BxLxD = residual(
           x_BxLxD, lambda h: cross_attend(h, encoded_BxSxD, q_segment_ids=query_segments,
-                                          kv_segment_ids=encoder_segment_ids_BxS, deterministic=deterministic),
+                                          kv_segment_ids=encoder_segment_ids_BxS, deterministic=deterministic,
+                                          decode=decode),
           norm=layer_norm("cross_attention_norm"), **sub)
     feed_forward = FeedForward(cfg, name="feed_forward")
     return residual(x_BxLxD, lambda h: feed_forward(h, deterministic=deterministic),
@@ -99,13 +100,16 @@ class Decoder(nn.Module):
   """Shifted target embedding + positions, N decoder layers, output projection to vocabulary logits.
 
   With `encoded=None` the layers have no encoder-decoder attention: the decoder-only language model.
+  The logits are y E^T with E the target embedding (tied, paper Sec. 3.4) or a separate output embedding
+  `[V, D]`. With `return_hidden=True` the call returns `(y [B, T, D], E [V, D])` instead, for a loss that
+  projects chunk by chunk (`ops.linear_cross_entropy`) rather than holding `[B, T, V]` logits.
   """
   config: TransformerConfig
   embed: nn.Module
 
   @nn.compact
   def __call__(self, targets_BxT, encoded_BxSxD=None, *, positions_BxT=None, segmentation_BxT=None,
-               encoder_segment_ids_BxS=None, deterministic=True, decode=False):
+               encoder_segment_ids_BxS=None, deterministic=True, decode=False, return_hidden=False):
     cfg = self.config
     if decode:  # the caller feeds the previous token; the cache holds the rest.
       y_BxT, segment_ids_BxT, positions_BxT = targets_BxT, None, None
@@ -121,13 +125,11 @@ class Decoder(nn.Module):
           encoder_segment_ids_BxS=encoder_segment_ids_BxS, deterministic=deterministic, decode=decode)
     if cfg.norm == "pre":
       y_BxTxD = layer_norm("final_norm")(y_BxTxD)
-    if cfg.tie_output_embedding:
-      logits_BxTxV = self.embed.attend(y_BxTxD)
-    else:
-      logits_BxTxV = nn.Dense(cfg.vocab_size, kernel_init=logical(nn.initializers.lecun_normal(), "embed", "vocab"),
-                              bias_init=logical(nn.initializers.zeros, "vocab"), dtype=cfg.dtype,
-                              name="logits")(y_BxTxD)
-    return logits_BxTxV.astype(jnp.float32)
+    output_embed = self.embed if cfg.tie_output_embedding else Embed(cfg.vocab_size, cfg.d_model, cfg.dtype,
+                                                                       name="output_embedding")
+    if return_hidden:
+      return y_BxTxD, output_embed.embedding
+    return output_embed.attend(y_BxTxD).astype(jnp.float32)
 
 
 class Transformer(nn.Module):
@@ -150,20 +152,22 @@ class Transformer(nn.Module):
                         deterministic=deterministic)
 
   def decode(self, encoded, inputs, targets, *, targets_positions=None, inputs_segmentation=None,
-             targets_segmentation=None, deterministic=True, decode=False):
+             targets_segmentation=None, deterministic=True, decode=False, return_hidden=False):
     """Logits `[B, T, V]` for `targets` `[B, T]` given `encoded` `[B, S, D]` of source ids `inputs` `[B, S]`.
 
     With `decode=True` (apply with `mutable=["cache"]`), `targets` is the previous token `[B, 1]`.
+    `return_hidden`: see `Decoder`.
     """
     return self.decoder(targets, encoded, positions_BxT=targets_positions, segmentation_BxT=targets_segmentation,
                         encoder_segment_ids_BxS=segments_or_padding(inputs, inputs_segmentation),
-                        deterministic=deterministic, decode=decode)
+                        deterministic=deterministic, decode=decode, return_hidden=return_hidden)
 
   def __call__(self, inputs, targets, *, inputs_positions=None, targets_positions=None, inputs_segmentation=None,
-               targets_segmentation=None, deterministic=True):
-    """Teacher-forced logits `[B, T, V]` for source `inputs` `[B, S]` and `targets` `[B, T]` (shifted inside)."""
+               targets_segmentation=None, deterministic=True, return_hidden=False):
+    """Teacher-forced logits `[B, T, V]` for source `inputs` `[B, S]` and `targets` `[B, T]` (shifted inside);
+    `return_hidden`: see `Decoder`."""
     encoded = self.encode(inputs, inputs_positions=inputs_positions, inputs_segmentation=inputs_segmentation,
                           deterministic=deterministic)
     return self.decode(encoded, inputs, targets, targets_positions=targets_positions,
                        inputs_segmentation=inputs_segmentation, targets_segmentation=targets_segmentation,
-                       deterministic=deterministic)
+                       deterministic=deterministic, return_hidden=return_hidden)

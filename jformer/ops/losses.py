@@ -27,13 +27,12 @@ def smoothed_cross_entropy(logits_BxLxV: jax.Array, targets_BxL: jax.Array,
     raise ValueError(f"logits {logits_BxLxV.shape} and targets {targets_BxL.shape} disagree: "
                      "expected logits [batch, length, vocab] and targets [batch, length]")
   vocab = logits_BxLxV.shape[-1]
-  confidence = 1.0 - label_smoothing
-  low = label_smoothing / (vocab - 1)
+  confidence, low = smoothed_target(label_smoothing, vocab)
   log_probs = jax.nn.log_softmax(logits_BxLxV.astype(jnp.float32), axis=-1)
   target_log_prob = jnp.take_along_axis(log_probs, targets_BxL[..., None], axis=-1)[..., 0]
   # -sum_v q(v) log p(v) with q = low everywhere plus (confidence - low) on the target, without a one-hot.
   loss = -(confidence - low) * target_log_prob - low * jnp.sum(log_probs, axis=-1)
-  return loss - _entropy(confidence, low, vocab)
+  return loss - smoothed_target_entropy(confidence, low, vocab)
 
 
 def weighted_cross_entropy(logits_BxLxV: jax.Array, targets_BxL: jax.Array, weights_BxL: jax.Array | None = None,
@@ -62,7 +61,16 @@ def _default_weights(targets_BxL, weights_BxL):
   return weights_BxL.astype(jnp.float32)
 
 
-def _entropy(confidence: float, low: float, vocab: int) -> float:
+def smoothed_target(label_smoothing: float, vocab: int) -> tuple[float, float]:
+  """(confidence, low): the smoothed target puts `confidence = 1 - eps` on the true token and `low = eps / (V - 1)`
+  on each of the others."""
+  if not 0.0 <= label_smoothing < 1.0 or vocab < 2:
+    raise ValueError(f"label smoothing needs 0 <= eps < 1 and a vocabulary of 2 or more; got eps={label_smoothing}, "
+                     f"vocab={vocab}")
+  return 1.0 - label_smoothing, label_smoothing / (vocab - 1)
+
+
+def smoothed_target_entropy(confidence: float, low: float, vocab: int) -> float:
   """Entropy of the smoothed target: -(c log c + (V-1) l log l), with 0 log 0 = 0."""
   xlogx = lambda p: float(p * np.log(p)) if p > 0 else 0.0
   return -(xlogx(confidence) + (vocab - 1) * xlogx(low))

@@ -9,13 +9,25 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jformer.ops import losses
+from jformer.ops.linear_cross_entropy import linear_cross_entropy
 from jformer.train.state import TrainState, model_inputs, model_kwargs
 
 
 def token_weights(batch: dict) -> jax.Array:
   """1.0 on real target tokens, 0.0 on padding."""
   return (batch["targets"] != 0).astype(jnp.float32)
+
+
+def output_loss_sums(model, params, batch: dict, label_smoothing: float, **apply_kwargs):
+  """(loss_sum, weight_sum, correct_sum) of the model's predictions of `batch["targets"]`.
+
+  The model returns its final hidden states and output embedding, and `linear_cross_entropy` projects and
+  scores them chunk by chunk: the same numbers as the smoothed cross-entropy and accuracy of the full logits,
+  without storing them (and with their gradient computed on the way).
+  """
+  hidden, output_embedding = model.apply({"params": params}, *model_inputs(model, batch), **model_kwargs(model, batch),
+                                         return_hidden=True, **apply_kwargs)
+  return linear_cross_entropy(hidden, output_embedding, batch["targets"], token_weights(batch), label_smoothing)
 
 
 def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumulation_steps: int = 1,
@@ -30,11 +42,8 @@ def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumul
   """
 
   def loss_sums(params, micro_batch, rng):
-    logits = model.apply({"params": params}, *model_inputs(model, micro_batch), **model_kwargs(model, micro_batch),
-                         deterministic=False, rngs={"dropout": rng})
-    weights = token_weights(micro_batch)
-    loss_sum, weight_sum = losses.weighted_cross_entropy(logits, micro_batch["targets"], weights, label_smoothing)
-    correct, _ = losses.weighted_accuracy(logits, micro_batch["targets"], weights)
+    loss_sum, weight_sum, correct = output_loss_sums(model, params, micro_batch, label_smoothing,
+                                                     deterministic=False, rngs={"dropout": rng})
     return loss_sum, (weight_sum, correct)
 
   loss_and_grad = jax.value_and_grad(loss_sums, has_aux=True)
@@ -74,11 +83,7 @@ def make_eval_step(model, *, axis_name: str | None = None):
   """Builds `eval_step(params, batch) -> {nll_sum, correct, tokens}` (no smoothing, no dropout; sums)."""
 
   def eval_step(params, batch: dict):
-    logits = model.apply({"params": params}, *model_inputs(model, batch), **model_kwargs(model, batch),
-                         deterministic=True)
-    weights = token_weights(batch)
-    nll_sum, tokens = losses.weighted_cross_entropy(logits, batch["targets"], weights, 0.0)
-    correct, _ = losses.weighted_accuracy(logits, batch["targets"], weights)
+    nll_sum, tokens, correct = output_loss_sums(model, params, batch, 0.0, deterministic=True)
     sums = {"nll_sum": nll_sum, "correct": correct, "tokens": tokens}
     return jax.lax.psum(sums, axis_name) if axis_name is not None else sums
 

@@ -1,0 +1,217 @@
+"""What every benchmark script shares: repeated timing with CPU-disturbance accounting, the machine's matmul peak,
+model shapes and FLOP formulas, tables and JSON.
+
+Rules (README "Performance"): compile and warm up first; wait with `jax.block_until_ready`; at least 5 timed
+repetitions, reported as median (min/max); for each repetition the fraction of all CPU time spent by *other*
+processes (from /proc/stat, minus this process's own CPU time), a repetition above 10% flagged as disturbed;
+peak = median FLOP/s of a jitted float32 2048x2048 @ 2048x2048 matmul in the same process; CPU MFU = model
+FLOP/s / peak. Call `setup()` before the first JAX computation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import statistics
+import time
+from typing import Callable
+
+DISTURBED_ABOVE = 0.10
+MIN_REPS = 5
+PEAK_SIZE = 2048
+
+
+def setup() -> None:
+  """Process settings every jformer entry point uses (jformer/runtime.py); before JAX starts its threads."""
+  from jformer import runtime
+
+  runtime.configure_host_allocator()
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+  """A Transformer benchmark shape: vocabulary, widths, layers, and a batch of `batch` (source, target) pairs."""
+  name: str
+  vocab: int
+  d_model: int
+  heads: int
+  d_ff: int
+  layers: int
+  batch: int
+  source_length: int
+  target_length: int
+
+  def forward_flops(self) -> int:
+    """Matmul FLOPs (2 per multiply-add) of one teacher-forced forward pass, full T x T attention counted:
+    Le*[8BSd^2 + 4BS^2d + 4BSdf] + Ld*[8BTd^2 + 4BT^2d + 4BTd^2 + 4BSd^2 + 4BTSd + 4BTdf] + 2BTdV."""
+    b, s, t, d, f, v, n = (self.batch, self.source_length, self.target_length, self.d_model, self.d_ff, self.vocab,
+                           self.layers)
+    encoder = n * (8 * b * s * d * d + 4 * b * s * s * d + 4 * b * s * d * f)
+    decoder = n * (8 * b * t * d * d + 4 * b * t * t * d + 4 * b * t * d * d + 4 * b * s * d * d + 4 * b * t * s * d
+                   + 4 * b * t * d * f)
+    return encoder + decoder + 2 * b * t * d * v
+
+  def train_flops(self) -> int:
+    """A train step = 3 x forward (the backward pass is counted as twice the forward)."""
+    return 3 * self.forward_flops()
+
+  def model_config(self, **overrides):
+    """The benchmark model: shared embeddings tied to the output, float32, dropout 0.1, positions up to the
+    longest sequence."""
+    from jformer.models.config import TransformerConfig
+
+    values = dict(vocab_size=self.vocab, d_model=self.d_model, num_heads=self.heads, d_ff=self.d_ff,
+                  num_encoder_layers=self.layers, num_decoder_layers=self.layers, dropout_rate=0.1,
+                  max_length=max(self.source_length, self.target_length, 512), share_embeddings=True,
+                  tie_output_embedding=True)
+    values.update(overrides)
+    return TransformerConfig(**values)
+
+  def random_batch(self, seed: int = 0) -> dict:
+    """Random token ids in [1, V): no padding."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return {"inputs": rng.integers(1, self.vocab, (self.batch, self.source_length), dtype=np.int32),
+            "targets": rng.integers(1, self.vocab, (self.batch, self.target_length), dtype=np.int32)}
+
+
+TINY = Shape("TINY", vocab=8192, d_model=256, heads=4, d_ff=1024, layers=3, batch=32, source_length=64,
+             target_length=64)
+BASE = Shape("BASE", vocab=32768, d_model=512, heads=8, d_ff=2048, layers=6, batch=8, source_length=128,
+             target_length=128)
+SHAPES = {shape.name: shape for shape in (TINY, BASE)}
+
+
+class CpuMeter:
+  """Fraction of all CPU time used by other processes between `start()` and `stop()` (Linux /proc/stat)."""
+
+  def __init__(self):
+    self._tick = os.sysconf("SC_CLK_TCK")
+    self._begin = None
+
+  def _read(self):
+    try:
+      with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+      return None
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal
+    busy = total - fields[3] - fields[4]
+    own = sum(os.times()[:2])
+    return total / self._tick, busy / self._tick, own
+
+  def start(self):
+    self._begin = self._read()
+
+  def stop(self) -> float | None:
+    end = self._read()
+    if end is None or self._begin is None:
+      return None
+    total, busy, own = (b - a for a, b in zip(self._begin, end))
+    return max(0.0, busy - own) / total if total > 0 else 0.0
+
+
+@dataclasses.dataclass
+class Timing:
+  """Seconds per repetition and the other-process CPU fraction during each."""
+  seconds: list
+  disturbance: list
+
+  @property
+  def median(self) -> float:
+    return statistics.median(self.seconds)
+
+  @property
+  def disturbed(self) -> int:
+    return sum(1 for d in self.disturbance if d is not None and d > DISTURBED_ABOVE)
+
+  def summary(self, scale: float = 1.0, digits: int = 2) -> dict:
+    """median/min/max of `seconds * scale`, the disturbance per repetition and the disturbed count."""
+    values = [s * scale for s in self.seconds]
+    return {"median": round(statistics.median(values), digits), "min": round(min(values), digits),
+            "max": round(max(values), digits), "reps": len(values),
+            "other_cpu": [None if d is None else round(d, 3) for d in self.disturbance], "disturbed": self.disturbed}
+
+
+def time_repeated(fn: Callable[[], object], reps: int, warmup: int = 1) -> Timing:
+  """Runs `fn` (which must block until its work is done) `warmup` times untimed, then `reps` times timed."""
+  import jax
+
+  if reps < 1:
+    raise ValueError(f"reps must be >= 1, got {reps}")
+  for _ in range(warmup):
+    jax.block_until_ready(fn())
+  meter, seconds, disturbance = CpuMeter(), [], []
+  for _ in range(reps):
+    meter.start()
+    begin = time.perf_counter()
+    jax.block_until_ready(fn())
+    seconds.append(time.perf_counter() - begin)
+    disturbance.append(meter.stop())
+  return Timing(seconds, disturbance)
+
+
+def matmul_peak(reps: int = 10) -> tuple[float, Timing]:
+  """(median FLOP/s, timing) of a jitted float32 2048x2048 @ 2048x2048 matmul."""
+  import jax
+  import jax.numpy as jnp
+
+  a = jax.random.normal(jax.random.PRNGKey(0), (PEAK_SIZE, PEAK_SIZE), jnp.float32)
+  b = jax.random.normal(jax.random.PRNGKey(1), (PEAK_SIZE, PEAK_SIZE), jnp.float32)
+  matmul = jax.jit(jnp.matmul).lower(a, b).compile()
+  timing = time_repeated(lambda: matmul(a, b), reps, warmup=2)
+  return 2 * PEAK_SIZE**3 / timing.median, timing
+
+
+def xla_flops(compiled) -> float | None:
+  """FLOPs from `compiled.cost_analysis()` (XLA counts a while loop's body once, whatever its trip count)."""
+  analysis = compiled.cost_analysis()
+  if isinstance(analysis, (list, tuple)):
+    analysis = analysis[0] if analysis else {}
+  return (analysis or {}).get("flops")
+
+
+def machine() -> dict:
+  """The machine and software the figures come from."""
+  import flax
+  import jax
+  import jaxlib
+
+  model = platform.processor()
+  try:
+    with open("/proc/cpuinfo") as f:
+      model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+  except (OSError, StopIteration):
+    pass
+  return {"cpu": model, "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+          "backend": jax.default_backend(), "device": jax.devices()[0].device_kind, "jax": jax.__version__,
+          "jaxlib": jaxlib.__version__, "flax": flax.__version__, "python": platform.python_version(),
+          "date": datetime.datetime.now().isoformat(timespec="seconds")}
+
+
+def markdown_table(headers: list[str], rows: list[list]) -> str:
+  lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers)))
+           + "|"]
+  lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+  return "\n".join(lines)
+
+
+def write_json(path: str, payload: dict) -> None:
+  if path:
+    with open(path, "w") as f:
+      json.dump(payload, f, indent=1)
+    print(f"wrote {path}")
+
+
+def add_common_arguments(parser, default_json: str) -> None:
+  parser.add_argument("--reps", type=int, default=MIN_REPS, help=f"timed repetitions (median reported), >= {MIN_REPS}")
+  parser.add_argument("--json", default=default_json, help="write the results here ('' = do not)")
+
+
+def check_reps(parser, args) -> None:
+  if args.reps < MIN_REPS:
+    parser.error(f"--reps must be >= {MIN_REPS} (the medians need them)")

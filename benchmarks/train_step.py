@@ -1,0 +1,132 @@
+"""Train step throughput: tokens/s and CPU MFU for the TINY and BASE shapes, per attention variant.
+
+One jitted, donated train step of jformer's own `make_train_step` (paper Adam, label smoothing 0.1, dropout 0.1,
+float32, random ids without padding) per (shape, attention). Tokens/s counts source + target tokens; model FLOPs
+are the matmul formula of `common.Shape.forward_flops` x 3; XLA's `cost_analysis()` FLOPs are printed beside it
+(XLA counts the body of a while loop once: the output projection runs as a loop over target chunks, see
+`jformer/ops/linear_cross_entropy.py`, so XLA's figure is lower). The default attention is `auto`; every other
+registered variant that supports the model runs too (`flash_pallas` only where it compiles: off CPU).
+
+    python benchmarks/train_step.py                      # TINY and BASE, every variant (about 15 minutes)
+    python benchmarks/train_step.py --shapes=TINY --variants=auto --reps=10
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import common
+
+# Options a variant needs to build the benchmark model (its required options).
+VARIANT_OPTIONS = {"local": {"window_size": 128}}
+
+
+def parse_args(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--shapes", default="TINY,BASE", help=f"comma-separated, from {sorted(common.SHAPES)}")
+  parser.add_argument("--variants", default="", help="comma-separated attention variants (default: auto + all)")
+  common.add_common_arguments(parser, default_json="train_step.json")
+  args = parser.parse_args(argv)
+  common.check_reps(parser, args)
+  unknown = [s for s in args.shapes.split(",") if s not in common.SHAPES]
+  if unknown:
+    parser.error(f"unknown shape(s) {unknown}; known: {sorted(common.SHAPES)}")
+  return args
+
+
+def variants_to_run(requested: str) -> list[tuple[str, str]]:
+  """(variant, reason to skip or '') in order: the default first."""
+  import jax
+
+  from jformer import attention
+
+  names = requested.split(",") if requested else ["auto"] + [n for n in attention.available() if n != "auto"]
+  rows = []
+  for name in names:
+    attention.get(name)  # a KeyError naming the known variants.
+    skip = ""
+    if name == "flash_pallas" and jax.default_backend() == "cpu" and not requested:
+      skip = "Pallas interpreter on CPU: a correctness path, not a fast one"
+    rows.append((name, skip))
+  return rows
+
+
+def measure(shape: common.Shape, variant: str, reps: int) -> dict:
+  """Compiles and times the train step of `shape` with attention `variant`."""
+  import jax
+
+  from jformer import config as config_lib
+  from jformer.attention import auto
+  from jformer.models import Transformer
+  from jformer.train import optim, state as state_lib, step as step_lib
+
+  model_config = shape.model_config(attention=variant,
+                                    attention_options=tuple(sorted(VARIANT_OPTIONS.get(variant, {}).items())))
+  model_config.validate()
+  model = Transformer(model_config)
+  tx, schedule = optim.build_optimizer(config_lib.base_config().optimizer, shape.d_model)
+  batch = jax.tree.map(jax.numpy.asarray, shape.random_batch())
+  state = state_lib.init_train_state(model, tx, jax.random.PRNGKey(0), batch)
+  train_step = jax.jit(step_lib.make_train_step(model, tx, schedule, label_smoothing=0.1), donate_argnums=0)
+  compiled = train_step.lower(state, batch).compile()
+
+  holder = {"state": state}
+
+  def run():
+    holder["state"], metrics = compiled(holder["state"], batch)
+    return holder["state"], metrics
+
+  timing = common.time_repeated(run, reps)
+  tokens = shape.batch * (shape.source_length + shape.target_length)
+  kernel = variant
+  if variant == "auto":
+    probe = jax.ShapeDtypeStruct((shape.batch, shape.source_length, shape.heads, shape.d_model // shape.heads),
+                                 model_config.dtype)
+    kernel = f"auto ({auto.choose(probe, probe)})"
+  return {"shape": shape.name, "attention": kernel, "step_ms": timing.summary(1e3, 1),
+          "tokens_per_s": round(tokens / timing.median), "model_gflop": round(shape.train_flops() / 1e9, 1),
+          "xla_gflop": round((common.xla_flops(compiled) or 0) / 1e9, 1),
+          "model_gflop_per_s": round(shape.train_flops() / timing.median / 1e9, 1)}
+
+
+def main(argv=None):
+  common.setup()
+  args = parse_args(argv)
+  machine = common.machine()
+  print(f"{machine['cpu']}, {machine['cpus']} CPUs, {machine['backend']}, jax {machine['jax']}", flush=True)
+  peak, peak_timing = common.matmul_peak()
+  print(f"peak (2048^3 float32 matmul, median of {len(peak_timing.seconds)}): {peak / 1e9:.1f} GFLOP/s", flush=True)
+  rows, skipped = [], []
+  for shape_name in args.shapes.split(","):
+    shape = common.SHAPES[shape_name]
+    for variant, skip in variants_to_run(args.variants):
+      if skip:
+        skipped.append({"shape": shape_name, "attention": variant, "skipped": skip})
+        continue
+      try:
+        row = measure(shape, variant, args.reps)
+      except ValueError as e:  # the variant cannot build this model (an unsupported feature, a bad option).
+        skipped.append({"shape": shape_name, "attention": variant, "skipped": str(e)})
+        continue
+      row["mfu"] = round(row["model_gflop_per_s"] * 1e9 / peak, 3)
+      rows.append(row)
+      print(f"{shape_name} {row['attention']}: {row['step_ms']['median']} ms/step, {row['tokens_per_s']} tokens/s, "
+            f"MFU {100 * row['mfu']:.1f}%, disturbed reps {row['step_ms']['disturbed']}", flush=True)
+  peak_after, peak_after_timing = common.matmul_peak()
+  print(common.markdown_table(
+      ["shape", "attention", "step ms median (min-max)", "tokens/s", "model GFLOP", "XLA GFLOP", "GFLOP/s",
+       "CPU MFU", "disturbed reps"],
+      [[r["shape"], r["attention"], f"{r['step_ms']['median']} ({r['step_ms']['min']}-{r['step_ms']['max']})",
+        f"{r['tokens_per_s']:,}", r["model_gflop"], r["xla_gflop"], r["model_gflop_per_s"], f"{100 * r['mfu']:.1f}%",
+        f"{r['step_ms']['disturbed']}/{r['step_ms']['reps']}"] for r in rows]))
+  for s in skipped:
+    print(f"skipped {s['shape']} {s['attention']}: {s['skipped']}")
+  print(f"peak {peak / 1e9:.1f} GFLOP/s before, {peak_after / 1e9:.1f} after")
+  common.write_json(args.json, {"benchmark": "train_step", "machine": machine,
+                                "peak_gflop_per_s": round(peak / 1e9, 1), "peak": peak_timing.summary(1e3),
+                                "peak_after_gflop_per_s": round(peak_after / 1e9, 1),
+                                "peak_after": peak_after_timing.summary(1e3), "rows": rows, "skipped": skipped})
+
+
+if __name__ == "__main__":
+  main()
