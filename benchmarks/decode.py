@@ -32,7 +32,7 @@ def decode_function(model, method: str):
 
   def decode(params, inputs):
     encoded = model.apply({"params": params}, inputs, method=model.encode)
-    cache = translator.init_cache(model, encoded, inputs, STEPS)
+    cache = translator.init_cache(model, params, encoded, inputs, STEPS)
     if method == "beam":
       step = translator.make_tokens_to_logits(model, params, decode_common.flat_batch_beam_expand(encoded, BEAM),
                                               decode_common.flat_batch_beam_expand(inputs, BEAM))

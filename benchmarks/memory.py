@@ -2,8 +2,9 @@
 
 For each attention (default `auto`, and `chunked`) and length L in 128, 512, 2048, 8192 (source = target = L):
 `compiled.memory_analysis()` of the jitted, donated BASE train step (common.BASE at batch 1, dropout 0.1,
-paper Adam) gives the temporary bytes (activations kept for the backward pass, gradients, scratch) besides the
-arguments and outputs (parameters and optimizer state). The steps at `--run_lengths` are then also run once,
+paper Adam, default `model.remat="auto"`: layers rematerialized from 1024 tokens) gives the temporary bytes
+(activations kept for the backward pass, gradients, scratch) besides the arguments and outputs (parameters and
+optimizer state). The steps at `--run_lengths` are then also run once,
 after a warm-up run, to show they fit and to time them.
 
     python benchmarks/memory.py                            # about 10 minutes (the 8192 step runs twice)

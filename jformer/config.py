@@ -43,6 +43,7 @@ def base_config() -> ml_collections.ConfigDict:
   model.max_length = 512  # Longest sequence the position table covers.
   model.norm = "post"  # 'post': LayerNorm(x + Sublayer(x)) as the paper; 'pre': x + Sublayer(LayerNorm(x)).
   model.activation = "relu"  # Feed-forward nonlinearity: 'relu' (paper) or 'gelu'.
+  model.remat = "auto"  # Recompute layer activations in the backward pass: auto (>= 1024 tokens), none, full.
   model.share_embeddings = True  # One embedding matrix for source and target tokens (paper Sec. 3.4).
   model.tie_output_embedding = True  # Pre-softmax projection = target embedding transposed (paper Sec. 3.4).
   model.dtype = "float32"  # Compute dtype: 'float32' or 'bfloat16' (parameters stay float32).

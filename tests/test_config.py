@@ -37,6 +37,7 @@ def test_wrong_types_are_rejected(demo):
     ({"model.num_heads": 3}, "d_model=256 is not divisible by num_heads=3"),
     ({"model.positional": "fourier"}, "positional='fourier' is not one of"),
     ({"model.norm": "sandwich"}, "norm='sandwich'"),
+    ({"model.remat": "some"}, r"remat='some' is not one of \('auto', 'none', 'full'\)"),
     ({"model.attention": "magic"},
      r"unknown attention variant 'magic'; known variants: \['auto', 'chunked', 'dot_product'"),
     ({"model.attention": "xla", "model.attention_dropout_rate": 0.1}, r"'xla' does not support \['dropout'\]"),

@@ -239,7 +239,7 @@ def test_cached_decoding_equals_full_forward(option, kv_heads):
   x, y = source_and_target()
   full = model.apply(variables, x, y)
   encoded = model.apply(variables, x, method=model.encode)
-  cache = init_cache(model, encoded, x, y.shape[1])
+  cache = init_cache(model, variables["params"], encoded, x, y.shape[1])
   previous = jnp.pad(y, ((0, 0), (1, 0)))[:, :-1]
   steps = []
   for t in range(y.shape[1]):

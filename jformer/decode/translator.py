@@ -32,12 +32,16 @@ def make_tokens_to_logits(model, params, encoded_NxSxD, inputs_NxS) -> Callable:
   return tokens_to_logits
 
 
-def init_cache(model, encoded_BxSxD, inputs_BxS, max_decode_len: int):
-  """An all-zero decoding cache for B rows and `max_decode_len` target steps (shapes only, nothing computed)."""
+def init_cache(model, params, encoded_BxSxD, inputs_BxS, max_decode_len: int):
+  """The decoding cache for B rows and `max_decode_len` target steps: empty self-attention slots, and the
+  encoder-decoder keys/values projected from `encoded` with `params` (once, here, not at every step).
+
+  The call runs the decoder once over placeholder targets; under `jit` everything but the cache is dead code.
+  """
   targets = jnp.zeros((inputs_BxS.shape[0], max_decode_len), jnp.int32)
-  shapes = jax.eval_shape(functools.partial(model.init, decode=True, method=model.decode), jax.random.PRNGKey(0),
-                          encoded_BxSxD, inputs_BxS, targets)["cache"]
-  return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+  _, variables = model.apply({"params": params}, encoded_BxSxD, inputs_BxS, targets, decode=True, method=model.decode,
+                             mutable=["cache"])
+  return variables["cache"]
 
 
 def translate_ids(model, params, inputs_BxS, *, max_decode_len: int, method: str = "beam", beam_size: int = 4,
@@ -49,7 +53,7 @@ def translate_ids(model, params, inputs_BxS, *, max_decode_len: int, method: str
   """
   batch = inputs_BxS.shape[0]
   encoded = model.apply({"params": params}, inputs_BxS, method=model.encode)
-  cache = init_cache(model, encoded, inputs_BxS, max_decode_len)
+  cache = init_cache(model, params, encoded, inputs_BxS, max_decode_len)
   max_lengths = jnp.sum(inputs_BxS != PAD_ID, axis=1) + max_extra_length
   if method == "beam":
     step = make_tokens_to_logits(model, params, flat_batch_beam_expand(encoded, beam_size),

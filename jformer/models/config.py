@@ -14,6 +14,7 @@ POSITIONAL = ("sinusoidal", "learned", "rotary", "alibi", "relative", "none")
 BIAS_POSITIONAL = ("alibi", "relative")
 NORMS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu")
+REMAT = ("auto", "none", "full")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
@@ -37,6 +38,7 @@ class TransformerConfig:
   max_length: int = 512
   norm: str = "post"
   activation: str = "relu"
+  remat: str = "auto"
   share_embeddings: bool = True
   tie_output_embedding: bool = True
   dtype: Any = jnp.float32
@@ -94,6 +96,8 @@ class TransformerConfig:
                       f"relative_num_buckets / 2, got {self.relative_num_buckets} and {self.relative_max_distance}")
     if self.norm not in NORMS:
       problems.append(f"norm='{self.norm}' is not one of {NORMS}")
+    if self.remat not in REMAT:
+      problems.append(f"remat='{self.remat}' is not one of {REMAT}")
     if self.activation not in ACTIVATIONS:
       problems.append(f"activation='{self.activation}' is not one of {ACTIVATIONS}")
     if not 0.0 <= self.dropout_rate < 1.0 or not 0.0 <= self.attention_dropout_rate < 1.0:

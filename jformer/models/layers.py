@@ -125,7 +125,7 @@ class MultiHeadAttention(nn.Module):
   The attention itself is the registry function named by `config.attention`. Self-attention when
   `inputs_kv` is None. With `decode=True`, self-attention appends its keys/values to a cache of the length the
   module was initialised with, and queries attend to the filled part; encoder-decoder attention projects the
-  encoder output once, at the first step, and reuses it from the cache.
+  encoder output once, when the cache is created, and reads it from the cache.
 
   Grouped-query attention (Ainslie et al. 2023): keys and values are projected to G = `config.kv_heads`
   heads (G = 1: multi-query, Shazeer 2019), query head h using key/value head h // (H / G); the cache holds
@@ -186,22 +186,19 @@ class MultiHeadAttention(nn.Module):
                            name="out")(out_BxTxHxK)
 
   def _cross_attention_cache(self, project_kv):
-    """Encoder-decoder keys and values `[B, S, G, K]`, projected at the first decode step and cached for the rest
-    (the encoder output does not change while decoding; projecting it every step would cost 2 S d^2 per layer
-    and row, most of a step's work)."""
-    if not self.has_variable("cache", "cross_key"):  # `init` shapes the cache.
+    """Encoder-decoder keys and values `[B, S, G, K]` while decoding: projected once, when the cache is created
+    (the encoder output does not change while decoding; projecting it at every step would cost 2 S d^2 per
+    layer and row, most of a step's work), then read from the cache, kept heads-major.
+
+    The cache is created by the call that finds it missing: `init` (shapes only), or `apply` with
+    `mutable=["cache"]` and no cache, which projects with the given parameters (`decode.translator.init_cache`).
+    """
+    if not self.has_variable("cache", "cross_key"):
       key_BxSxGxK, value_BxSxGxK = project_kv()
-      self.variable("cache", "cross_key", jnp.zeros_like, heads_major(key_BxSxGxK))
-      self.variable("cache", "cross_value", jnp.zeros_like, heads_major(value_BxSxGxK))
-      self.variable("cache", "cross_filled", lambda: jnp.zeros((), jnp.bool_))
+      self.variable("cache", "cross_key", heads_major, key_BxSxGxK)
+      self.variable("cache", "cross_value", heads_major, value_BxSxGxK)
       return key_BxSxGxK, value_BxSxGxK
-    cached_key, cached_value = self.variable("cache", "cross_key"), self.variable("cache", "cross_value")
-    filled = self.variable("cache", "cross_filled")
-    project = lambda module: tuple(heads_major(x) for x in project_kv())
-    key_BxGxSxK, value_BxGxSxK = nn.cond(filled.value, lambda module: (cached_key.value, cached_value.value),
-                                         project, self)
-    cached_key.value, cached_value.value, filled.value = key_BxGxSxK, value_BxGxSxK, jnp.ones((), jnp.bool_)
-    return heads_major(key_BxGxSxK), heads_major(value_BxGxSxK)
+    return heads_major(self.get_variable("cache", "cross_key")), heads_major(self.get_variable("cache", "cross_value"))
 
   def _update_cache(self, key_BxTxGxK, value_BxTxGxK, positions_BxT):
     """Writes this step's keys/values into the cache; returns the whole cache `[B, S, G, K]` and its slot

@@ -10,6 +10,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jformer.models import remat as remat_lib
 from jformer.models.config import BIAS_POSITIONAL, TransformerConfig
 from jformer.models.layers import (AddPositions, AttentionBias, Embed, FeedForward, MultiHeadAttention, layer_norm,
                                    residual)
@@ -73,6 +74,37 @@ class DecoderLayer(TransformerLayer):
   causal: bool = True
 
 
+def rematerialize(stack: nn.Module, length: int, deterministic: bool) -> bool:
+  """Whether `stack` recomputes its layers' activations in the backward pass (`model.remat`, models/remat.py):
+  only when training, and not with a positional bias shared across layers (alibi, relative)."""
+  cfg = stack.config
+  return (remat_lib.wanted(cfg.remat, length) and not deterministic and cfg.positional not in BIAS_POSITIONAL
+          and not stack.is_initializing())
+
+
+def run_layer(stack: nn.Module, layer: TransformerLayer, x_BxLxD, encoded_BxSxD, segment_ids_BxL, positions_BxL,
+              encoder_segment_ids_BxS, *, deterministic: bool, remat: bool, decode: bool = False):
+  """`layer(x, ...)`; with `remat`, as a pure function of its parameters (taken from `stack`) whose activations
+  are recomputed in the backward pass, dropout keyed by one key drawn from `stack`."""
+  arguments = dict(segment_ids_BxL=segment_ids_BxL, positions_BxL=positions_BxL,
+                   encoder_segment_ids_BxS=encoder_segment_ids_BxS, deterministic=deterministic)
+  if not remat:
+    return layer(x_BxLxD, encoded_BxSxD, **arguments, decode=decode)
+  cfg = stack.config
+  params = nn.meta.unbox(stack.variables["params"][layer.name])
+  key = stack.make_rng("dropout") if max(cfg.dropout_rate, cfg.attention_dropout_rate) > 0 else None
+  pure = layer.clone(parent=None)
+
+  def apply(params, x, encoded, constants):
+    segment_ids, positions, encoder_segment_ids, key = constants
+    return pure.apply({"params": params}, x, encoded, segment_ids_BxL=segment_ids, positions_BxL=positions,
+                      encoder_segment_ids_BxS=encoder_segment_ids, deterministic=deterministic,
+                      rngs=None if key is None else {"dropout": key})
+
+  return remat_lib.rematerialized(apply, params, x_BxLxD, encoded_BxSxD,
+                                  (segment_ids_BxL, positions_BxL, encoder_segment_ids_BxS, key))
+
+
 def stack_position_bias(config: TransformerConfig, *, causal: bool) -> AttentionBias | None:
   """The self-attention bias module shared by the layers of one stack (alibi, relative), else None."""
   return AttentionBias(config, causal=causal, name="position_bias") if config.positional in BIAS_POSITIONAL else None
@@ -90,9 +122,10 @@ class Encoder(nn.Module):
     x_BxSxD = AddPositions(cfg, name="positions")(self.embed(inputs_BxS), positions_BxS)
     x_BxSxD = nn.Dropout(cfg.dropout_rate)(x_BxSxD, deterministic=deterministic)
     position_bias = stack_position_bias(cfg, causal=False)
+    remat = rematerialize(self, inputs_BxS.shape[1], deterministic)
     for i in range(cfg.num_encoder_layers):
-      x_BxSxD = EncoderLayer(cfg, position_bias=position_bias, name=f"layer_{i}")(
-          x_BxSxD, segment_ids_BxL=segment_ids_BxS, positions_BxL=positions_BxS, deterministic=deterministic)
+      x_BxSxD = run_layer(self, EncoderLayer(cfg, position_bias=position_bias, name=f"layer_{i}"), x_BxSxD, None,
+                          segment_ids_BxS, positions_BxS, None, deterministic=deterministic, remat=remat)
     return layer_norm("final_norm")(x_BxSxD) if cfg.norm == "pre" else x_BxSxD
 
 
@@ -119,10 +152,11 @@ class Decoder(nn.Module):
     y_BxTxD = AddPositions(cfg, name="positions")(self.embed(y_BxT), positions_BxT, decode=decode)
     y_BxTxD = nn.Dropout(cfg.dropout_rate)(y_BxTxD, deterministic=deterministic)
     position_bias = stack_position_bias(cfg, causal=True)
+    remat = not decode and rematerialize(self, targets_BxT.shape[1], deterministic)
     for i in range(cfg.num_decoder_layers):
-      y_BxTxD = DecoderLayer(cfg, position_bias=position_bias, name=f"layer_{i}")(
-          y_BxTxD, encoded_BxSxD, segment_ids_BxL=segment_ids_BxT, positions_BxL=positions_BxT,
-          encoder_segment_ids_BxS=encoder_segment_ids_BxS, deterministic=deterministic, decode=decode)
+      y_BxTxD = run_layer(self, DecoderLayer(cfg, position_bias=position_bias, name=f"layer_{i}"), y_BxTxD,
+                          encoded_BxSxD, segment_ids_BxT, positions_BxT, encoder_segment_ids_BxS,
+                          deterministic=deterministic, remat=remat, decode=decode)
     if cfg.norm == "pre":
       y_BxTxD = layer_norm("final_norm")(y_BxTxD)
     output_embed = self.embed if cfg.tie_output_embedding else Embed(cfg.vocab_size, cfg.d_model, cfg.dtype,
