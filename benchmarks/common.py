@@ -155,16 +155,40 @@ def time_repeated(fn: Callable[[], object], reps: int, warmup: int = 1) -> Timin
   return Timing(seconds, disturbance)
 
 
-def matmul_peak(reps: int = 10) -> tuple[float, Timing]:
-  """(median FLOP/s, timing) of a jitted float32 2048x2048 @ 2048x2048 matmul."""
+PEAK_FLOPS = 2 * PEAK_SIZE**3
+
+
+def peak_matmul() -> Callable[[], object]:
+  """The peak probe: a compiled float32 2048x2048 @ 2048x2048 matmul (PEAK_FLOPS), as a no-argument call."""
   import jax
   import jax.numpy as jnp
 
   a = jax.random.normal(jax.random.PRNGKey(0), (PEAK_SIZE, PEAK_SIZE), jnp.float32)
   b = jax.random.normal(jax.random.PRNGKey(1), (PEAK_SIZE, PEAK_SIZE), jnp.float32)
   matmul = jax.jit(jnp.matmul).lower(a, b).compile()
-  timing = time_repeated(lambda: matmul(a, b), reps, warmup=2)
-  return 2 * PEAK_SIZE**3 / timing.median, timing
+  return lambda: matmul(a, b)
+
+
+def matmul_peak(reps: int = 10) -> tuple[float, Timing]:
+  """(median FLOP/s, timing) of the peak probe."""
+  timing = time_repeated(peak_matmul(), reps, warmup=2)
+  return PEAK_FLOPS / timing.median, timing
+
+
+def time_interleaved(fn: Callable[[], object], probe: Callable[[], object], reps: int) -> tuple[Timing, Timing]:
+  """Times `fn` and `probe` alternately (fn, probe, fn, probe, ...), after one untimed run of each, so that the
+  peak that divides a step's FLOP/s is measured in the same minutes as the step (this machine's speed drifts)."""
+  import jax
+
+  for f in (fn, probe):
+    jax.block_until_ready(f())
+  timings = (Timing([], []), Timing([], []))
+  for _ in range(reps):
+    for f, timing in zip((fn, probe), timings):
+      one = time_repeated(f, 1, warmup=0)
+      timing.seconds.extend(one.seconds)
+      timing.disturbance.extend(one.disturbance)
+  return timings
 
 
 def xla_flops(compiled) -> float | None:

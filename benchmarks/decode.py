@@ -20,6 +20,8 @@ BEAM, ALPHA = 4, 0.6
 
 def decode_function(model, method: str):
   """`decode(params, inputs [B, S]) -> ids [B, STEPS]` with EOS blocked until the forced last token."""
+  import jax
+
   from jformer.decode import common as decode_common, translator
   from jformer.decode.beam_search import beam_search
   from jformer.decode.greedy import greedy_search
@@ -32,14 +34,15 @@ def decode_function(model, method: str):
 
   def decode(params, inputs):
     encoded = model.apply({"params": params}, inputs, method=model.encode)
-    cache = translator.init_cache(model, params, encoded, inputs, STEPS)
+    cache, fixed_cache = translator.split_cache(translator.init_cache(model, params, encoded, inputs, STEPS))
     if method == "beam":
-      step = translator.make_tokens_to_logits(model, params, decode_common.flat_batch_beam_expand(encoded, BEAM),
-                                              decode_common.flat_batch_beam_expand(inputs, BEAM))
+      expand = lambda x: decode_common.flat_batch_beam_expand(x, BEAM)
+      step = translator.make_tokens_to_logits(model, params, expand(encoded), expand(inputs),
+                                              jax.tree.map(expand, fixed_cache))
       sequences, _ = beam_search(without_eos(step), cache, batch_size=BATCH, beam_size=BEAM, alpha=ALPHA,
                                  max_decode_len=STEPS)
       return sequences[:, 0]
-    step = translator.make_tokens_to_logits(model, params, encoded, inputs)
+    step = translator.make_tokens_to_logits(model, params, encoded, inputs, fixed_cache)
     return greedy_search(without_eos(step), cache, batch_size=BATCH, max_decode_len=STEPS)
 
   return decode

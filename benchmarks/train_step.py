@@ -4,7 +4,8 @@ One jitted, donated train step of jformer's own `make_train_step` (paper Adam, l
 float32, random ids without padding) per (shape, attention). Tokens/s counts source + target tokens; model FLOPs
 are the matmul formula of `common.Shape.forward_flops` x 3; XLA's `cost_analysis()` FLOPs are printed beside it
 (XLA counts the body of a while loop once: the output projection runs as a loop over target chunks, see
-`jformer/ops/linear_cross_entropy.py`, so XLA's figure is lower). The default attention is `auto`; every other
+`jformer/ops/linear_cross_entropy.py`, so XLA's figure is lower). The peak matmul runs after every timed step
+(interleaved), and each row's MFU divides by the median of those runs: the machine's speed drifts by 10%. The default attention is `auto`; every other
 registered variant that supports the model runs too (`flash_pallas` only where it compiles: off CPU).
 
     python benchmarks/train_step.py                      # TINY and BASE, every variant (about 15 minutes)
@@ -51,7 +52,7 @@ def variants_to_run(requested: str) -> list[tuple[str, str]]:
   return rows
 
 
-def measure(shape: common.Shape, variant: str, reps: int) -> dict:
+def measure(shape: common.Shape, variant: str, reps: int, probe) -> dict:
   """Compiles and times the train step of `shape` with attention `variant`."""
   import jax
 
@@ -76,7 +77,7 @@ def measure(shape: common.Shape, variant: str, reps: int) -> dict:
     holder["state"], metrics = compiled(holder["state"], batch)
     return holder["state"], metrics
 
-  timing = common.time_repeated(run, reps)
+  timing, peak_timing = common.time_interleaved(run, probe, reps)
   tokens = shape.batch * (shape.source_length + shape.target_length)
   kernel = variant
   if variant == "auto":
@@ -86,7 +87,9 @@ def measure(shape: common.Shape, variant: str, reps: int) -> dict:
   return {"shape": shape.name, "attention": kernel, "step_ms": timing.summary(1e3, 1),
           "tokens_per_s": round(tokens / timing.median), "model_gflop": round(shape.train_flops() / 1e9, 1),
           "xla_gflop": round((common.xla_flops(compiled) or 0) / 1e9, 1),
-          "model_gflop_per_s": round(shape.train_flops() / timing.median / 1e9, 1)}
+          "model_gflop_per_s": round(shape.train_flops() / timing.median / 1e9, 1),
+          "peak_gflop_per_s": round(common.PEAK_FLOPS / peak_timing.median / 1e9, 1), "peak_ms": peak_timing.summary(1e3),
+          "mfu": round(shape.train_flops() / timing.median / (common.PEAK_FLOPS / peak_timing.median), 3)}
 
 
 def main(argv=None):
@@ -94,8 +97,10 @@ def main(argv=None):
   args = parse_args(argv)
   machine = common.machine()
   print(f"{machine['cpu']}, {machine['cpus']} CPUs, {machine['backend']}, jax {machine['jax']}", flush=True)
+  probe = common.peak_matmul()
   peak, peak_timing = common.matmul_peak()
-  print(f"peak (2048^3 float32 matmul, median of {len(peak_timing.seconds)}): {peak / 1e9:.1f} GFLOP/s", flush=True)
+  print(f"peak (2048^3 float32 matmul, median of {len(peak_timing.seconds)}): {peak / 1e9:.1f} GFLOP/s; each "
+        "row's MFU divides by the median of the peak runs interleaved with its steps", flush=True)
   rows, skipped = [], []
   for shape_name in args.shapes.split(","):
     shape = common.SHAPES[shape_name]
@@ -104,28 +109,25 @@ def main(argv=None):
         skipped.append({"shape": shape_name, "attention": variant, "skipped": skip})
         continue
       try:
-        row = measure(shape, variant, args.reps)
+        row = measure(shape, variant, args.reps, probe)
       except ValueError as e:  # the variant cannot build this model (an unsupported feature, a bad option).
         skipped.append({"shape": shape_name, "attention": variant, "skipped": str(e)})
         continue
-      row["mfu"] = round(row["model_gflop_per_s"] * 1e9 / peak, 3)
       rows.append(row)
       print(f"{shape_name} {row['attention']}: {row['step_ms']['median']} ms/step, {row['tokens_per_s']} tokens/s, "
-            f"MFU {100 * row['mfu']:.1f}%, disturbed reps {row['step_ms']['disturbed']}", flush=True)
-  peak_after, peak_after_timing = common.matmul_peak()
+            f"MFU {100 * row['mfu']:.1f}% of {row['peak_gflop_per_s']} GFLOP/s, disturbed reps "
+            f"{row['step_ms']['disturbed']}", flush=True)
   print(common.markdown_table(
       ["shape", "attention", "step ms median (min-max)", "tokens/s", "model GFLOP", "XLA GFLOP", "GFLOP/s",
-       "CPU MFU", "disturbed reps"],
+       "peak GFLOP/s", "CPU MFU", "disturbed reps"],
       [[r["shape"], r["attention"], f"{r['step_ms']['median']} ({r['step_ms']['min']}-{r['step_ms']['max']})",
-        f"{r['tokens_per_s']:,}", r["model_gflop"], r["xla_gflop"], r["model_gflop_per_s"], f"{100 * r['mfu']:.1f}%",
-        f"{r['step_ms']['disturbed']}/{r['step_ms']['reps']}"] for r in rows]))
+        f"{r['tokens_per_s']:,}", r["model_gflop"], r["xla_gflop"], r["model_gflop_per_s"], r["peak_gflop_per_s"],
+        f"{100 * r['mfu']:.1f}%", f"{r['step_ms']['disturbed']}/{r['step_ms']['reps']}"] for r in rows]))
   for s in skipped:
     print(f"skipped {s['shape']} {s['attention']}: {s['skipped']}")
-  print(f"peak {peak / 1e9:.1f} GFLOP/s before, {peak_after / 1e9:.1f} after")
   common.write_json(args.json, {"benchmark": "train_step", "machine": machine,
                                 "peak_gflop_per_s": round(peak / 1e9, 1), "peak": peak_timing.summary(1e3),
-                                "peak_after_gflop_per_s": round(peak_after / 1e9, 1),
-                                "peak_after": peak_after_timing.summary(1e3), "rows": rows, "skipped": skipped})
+                                "rows": rows, "skipped": skipped})
 
 
 if __name__ == "__main__":

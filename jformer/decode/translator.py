@@ -12,6 +12,7 @@ from typing import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import traverse_util
 
 from jformer.decode.beam_search import beam_search
 from jformer.decode.common import PAD_ID, flat_batch_beam_expand
@@ -21,13 +22,31 @@ from jformer.decode.sampling import sample
 METHODS = ("beam", "greedy", "sample")
 
 
-def make_tokens_to_logits(model, params, encoded_NxSxD, inputs_NxS) -> Callable:
-  """The decoders' model call: `(ids [N, 1], cache) -> (logits [N, V], cache)`; padding (id 0) never predicted."""
+# Cache entries that do not change while decoding (the encoder-decoder keys/values, `MultiHeadAttention`).
+FIXED_CACHE_ENTRIES = ("cross_key", "cross_value")
+
+
+def split_cache(cache) -> tuple[dict, dict]:
+  """(the entries a decoding step updates, the fixed encoder-decoder keys/values): beam search reorders only the
+  first (every beam of a sentence holds the same encoder keys/values)."""
+  flat = traverse_util.flatten_dict(cache)
+  fixed = {path: x for path, x in flat.items() if path[-1] in FIXED_CACHE_ENTRIES}
+  updated = {path: x for path, x in flat.items() if path[-1] not in FIXED_CACHE_ENTRIES}
+  return traverse_util.unflatten_dict(updated), traverse_util.unflatten_dict(fixed)
+
+
+def make_tokens_to_logits(model, params, encoded_NxSxD, inputs_NxS, fixed_cache) -> Callable:
+  """The decoders' model call: `(ids [N, 1], cache) -> (logits [N, V], cache)`; padding (id 0) never predicted.
+
+  `fixed_cache` (from `split_cache`, N rows) is closed over, not carried: the decoders see only the rest.
+  """
+  fixed = traverse_util.flatten_dict(fixed_cache)
 
   def tokens_to_logits(ids_Nx1, cache):
-    logits, variables = model.apply({"params": params, "cache": cache}, encoded_NxSxD, inputs_NxS, ids_Nx1,
+    full = traverse_util.unflatten_dict({**traverse_util.flatten_dict(cache), **fixed})
+    logits, variables = model.apply({"params": params, "cache": full}, encoded_NxSxD, inputs_NxS, ids_Nx1,
                                     decode=True, method=model.decode, mutable=["cache"])
-    return logits[:, -1].at[:, PAD_ID].set(-1e9), variables["cache"]
+    return logits[:, -1].at[:, PAD_ID].set(-1e9), split_cache(variables["cache"])[0]
 
   return tokens_to_logits
 
@@ -53,15 +72,15 @@ def translate_ids(model, params, inputs_BxS, *, max_decode_len: int, method: str
   """
   batch = inputs_BxS.shape[0]
   encoded = model.apply({"params": params}, inputs_BxS, method=model.encode)
-  cache = init_cache(model, params, encoded, inputs_BxS, max_decode_len)
+  cache, fixed_cache = split_cache(init_cache(model, params, encoded, inputs_BxS, max_decode_len))
   max_lengths = jnp.sum(inputs_BxS != PAD_ID, axis=1) + max_extra_length
   if method == "beam":
-    step = make_tokens_to_logits(model, params, flat_batch_beam_expand(encoded, beam_size),
-                                 flat_batch_beam_expand(inputs_BxS, beam_size))
+    expand = functools.partial(flat_batch_beam_expand, beam_size=beam_size)
+    step = make_tokens_to_logits(model, params, expand(encoded), expand(inputs_BxS), jax.tree.map(expand, fixed_cache))
     sequences, _ = beam_search(step, cache, batch_size=batch, beam_size=beam_size, alpha=alpha,
                                max_decode_len=max_decode_len, max_lengths=max_lengths)
     return sequences[:, 0]
-  step = make_tokens_to_logits(model, params, encoded, inputs_BxS)
+  step = make_tokens_to_logits(model, params, encoded, inputs_BxS, fixed_cache)
   if method == "greedy":
     return greedy_search(step, cache, batch_size=batch, max_decode_len=max_decode_len, max_lengths=max_lengths)
   if method == "sample":
