@@ -217,6 +217,25 @@ def machine() -> dict:
           "date": datetime.datetime.now().isoformat(timespec="seconds")}
 
 
+def announce() -> dict:
+  """Prints a line naming the machine and returns `machine()`."""
+  info = machine()
+  print(f"{info['cpu']}, {info['cpus']} CPUs, {info['backend']}, jax {info['jax']}", flush=True)
+  return info
+
+
+def attention_label(variant: str, shape: Shape, dtype) -> str:
+  """The variant name, with the kernel `auto` picks for `shape`'s (source) length, e.g. 'auto (chunked)'."""
+  if variant != "auto":
+    return variant
+  import jax
+
+  from jformer.attention import auto
+
+  probe = jax.ShapeDtypeStruct((shape.batch, shape.source_length, shape.heads, shape.d_model // shape.heads), dtype)
+  return f"auto ({auto.choose(probe, probe)})"
+
+
 def markdown_table(headers: list[str], rows: list[list]) -> str:
   lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers)))
            + "|"]

@@ -61,8 +61,7 @@ def main(argv=None):
   from jformer.decode import common as decode_common
   from jformer.models import Transformer
 
-  machine = common.machine()
-  print(f"{machine['cpu']}, {machine['cpus']} CPUs, {machine['backend']}, jax {machine['jax']}", flush=True)
+  machine = common.announce()
   model_config = common.TINY.model_config()
   model = Transformer(model_config)
   inputs = jax.numpy.asarray(np.random.default_rng(0).integers(1, common.TINY.vocab, (BATCH, SOURCE_LENGTH),

@@ -45,8 +45,7 @@ def main(argv=None):
   from jformer import config as config_lib, data, models
   from jformer.train import optim, state as state_lib, step as step_lib
 
-  machine = common.machine()
-  print(f"{machine['cpu']}, {machine['cpus']} CPUs, {machine['backend']}, jax {machine['jax']}", flush=True)
+  machine = common.announce()
   config = config_lib.load(os.path.join(os.path.dirname(__file__), "..", "configs", "demo.py"), [])
   split = lambda: data.load_split(config.data.dataset, "train", path=config.data.path,
                                   data_dir=os.path.join(args.work_dir, "tfds"))

@@ -40,7 +40,6 @@ def measure(length: int, variant: str, run: bool) -> dict:
   import jax
 
   from jformer import config as config_lib
-  from jformer.attention import auto
   from jformer.models import Transformer
   from jformer.train import optim, state as state_lib, step as step_lib
 
@@ -54,11 +53,8 @@ def measure(length: int, variant: str, run: bool) -> dict:
   begin = time.perf_counter()
   compiled = train_step.lower(state, batch).compile()
   analysis = compiled.memory_analysis()
-  kernel = variant
-  if variant == "auto":
-    probe = jax.ShapeDtypeStruct((1, length, shape.heads, shape.d_model // shape.heads), model_config.dtype)
-    kernel = f"auto ({auto.choose(probe, probe)})"
-  row = {"attention": kernel, "length": length, "compile_s": round(time.perf_counter() - begin, 1),
+  row = {"attention": common.attention_label(variant, shape, model_config.dtype), "length": length,
+         "compile_s": round(time.perf_counter() - begin, 1),
          "temp_gib": round(analysis.temp_size_in_bytes / GIB, 3),
          "arguments_gib": round(analysis.argument_size_in_bytes / GIB, 3),
          "outputs_gib": round(analysis.output_size_in_bytes / GIB, 3), "step_s": None}
@@ -76,8 +72,7 @@ def measure(length: int, variant: str, run: bool) -> dict:
 def main(argv=None):
   common.setup()
   args = parse_args(argv)
-  machine = common.machine()
-  print(f"{machine['cpu']}, {machine['cpus']} CPUs, {machine['backend']}, jax {machine['jax']}", flush=True)
+  machine = common.announce()
   rows = []
   for length in args.lengths:
     for variant in args.variants:

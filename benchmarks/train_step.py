@@ -5,8 +5,9 @@ float32, random ids without padding) per (shape, attention). Tokens/s counts sou
 are the matmul formula of `common.Shape.forward_flops` x 3; XLA's `cost_analysis()` FLOPs are printed beside it
 (XLA counts the body of a while loop once: the output projection runs as a loop over target chunks, see
 `jformer/ops/linear_cross_entropy.py`, so XLA's figure is lower). The peak matmul runs after every timed step
-(interleaved), and each row's MFU divides by the median of those runs: the machine's speed drifts by 10%. The default attention is `auto`; every other
-registered variant that supports the model runs too (`flash_pallas` only where it compiles: off CPU).
+(interleaved), and each row's MFU divides by the median of those runs: the machine's speed drifts by 10%.
+The default attention is `auto`; every other registered variant that supports the model runs too
+(`flash_pallas` only where it compiles: off CPU).
 
     python benchmarks/train_step.py                      # TINY and BASE, every variant (about 15 minutes)
     python benchmarks/train_step.py --shapes=TINY --variants=auto --reps=10
@@ -57,7 +58,6 @@ def measure(shape: common.Shape, variant: str, reps: int, probe) -> dict:
   import jax
 
   from jformer import config as config_lib
-  from jformer.attention import auto
   from jformer.models import Transformer
   from jformer.train import optim, state as state_lib, step as step_lib
 
@@ -79,24 +79,20 @@ def measure(shape: common.Shape, variant: str, reps: int, probe) -> dict:
 
   timing, peak_timing = common.time_interleaved(run, probe, reps)
   tokens = shape.batch * (shape.source_length + shape.target_length)
-  kernel = variant
-  if variant == "auto":
-    probe = jax.ShapeDtypeStruct((shape.batch, shape.source_length, shape.heads, shape.d_model // shape.heads),
-                                 model_config.dtype)
-    kernel = f"auto ({auto.choose(probe, probe)})"
-  return {"shape": shape.name, "attention": kernel, "step_ms": timing.summary(1e3, 1),
+  return {"shape": shape.name, "attention": common.attention_label(variant, shape, model_config.dtype),
+          "step_ms": timing.summary(1e3, 1),
           "tokens_per_s": round(tokens / timing.median), "model_gflop": round(shape.train_flops() / 1e9, 1),
           "xla_gflop": round((common.xla_flops(compiled) or 0) / 1e9, 1),
           "model_gflop_per_s": round(shape.train_flops() / timing.median / 1e9, 1),
-          "peak_gflop_per_s": round(common.PEAK_FLOPS / peak_timing.median / 1e9, 1), "peak_ms": peak_timing.summary(1e3),
+          "peak_gflop_per_s": round(common.PEAK_FLOPS / peak_timing.median / 1e9, 1),
+          "peak_ms": peak_timing.summary(1e3),
           "mfu": round(shape.train_flops() / timing.median / (common.PEAK_FLOPS / peak_timing.median), 3)}
 
 
 def main(argv=None):
   common.setup()
   args = parse_args(argv)
-  machine = common.machine()
-  print(f"{machine['cpu']}, {machine['cpus']} CPUs, {machine['backend']}, jax {machine['jax']}", flush=True)
+  machine = common.announce()
   probe = common.peak_matmul()
   peak, peak_timing = common.matmul_peak()
   print(f"peak (2048^3 float32 matmul, median of {len(peak_timing.seconds)}): {peak / 1e9:.1f} GFLOP/s; each "

@@ -32,6 +32,21 @@ def tokens(seed, shape, vocab=50):
   return jax.random.randint(jax.random.PRNGKey(seed), shape, 1, vocab)
 
 
+def decode_step_by_step(model, params, encoded, inputs, targets, encoded_at_steps=None):
+  """Logits `[B, T, V]` of `targets` fed one token per cached decode step (`encoded_at_steps`: the encoder
+  output given to the steps, default `encoded`; the cache is built from `encoded`)."""
+  cache = init_cache(model, params, encoded, inputs, targets.shape[1])
+  previous = jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]
+  steps = []
+  for t in range(targets.shape[1]):
+    logits, mutated = model.apply({"params": params, "cache": cache},
+                                  encoded if encoded_at_steps is None else encoded_at_steps, inputs,
+                                  previous[:, t:t + 1], decode=True, method=model.decode, mutable=["cache"])
+    cache = mutated["cache"]
+    steps.append(logits)
+  return jnp.concatenate(steps, axis=1)
+
+
 @pytest.mark.parametrize("norm", ["post", "pre"])
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary"])
 def test_decoder_is_causal(norm, positional):
@@ -114,15 +129,7 @@ def test_cached_decoding_equals_full_forward(positional):
   params = init(model, x, y)
   full = model.apply(params, x, y)
   encoded = model.apply(params, x, method=model.encode)
-  cache = init_cache(model, params["params"], encoded, x, y.shape[1])
-  previous = jnp.pad(y, ((0, 0), (1, 0)))[:, :-1]
-  steps = []
-  for t in range(y.shape[1]):
-    logits, mutated = model.apply({"params": params["params"], "cache": cache}, encoded, x, previous[:, t:t + 1],
-                                  decode=True, method=model.decode, mutable=["cache"])
-    cache = mutated["cache"]
-    steps.append(logits)
-  np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, atol=1e-4)
+  np.testing.assert_allclose(decode_step_by_step(model, params["params"], encoded, x, y), full, atol=1e-4)
 
 
 def test_decoding_projects_the_encoder_output_once():
@@ -135,16 +142,7 @@ def test_decoding_projects_the_encoder_output_once():
   cross = cache["decoder"]["layer_0"]["cross_attention"]
   key_kernel = params["decoder"]["layer_0"]["cross_attention"]["key"]["kernel"]
   np.testing.assert_allclose(cross["cross_key"], jnp.einsum("bsd,dgk->bgsk", encoded, key_kernel), atol=1e-5)
-  previous = jnp.pad(y, ((0, 0), (1, 0)))[:, :-1]
-
-  def run(encoded_at_steps):
-    state, steps = cache, []
-    for t in range(y.shape[1]):
-      logits, mutated = model.apply({"params": params, "cache": state}, encoded_at_steps, x, previous[:, t:t + 1],
-                                    decode=True, method=model.decode, mutable=["cache"])
-      state, steps = mutated["cache"], steps + [logits]
-    return jnp.concatenate(steps, axis=1)
-
+  run = lambda encoded_at_steps: decode_step_by_step(model, params, encoded, x, y, encoded_at_steps)
   np.testing.assert_array_equal(run(jnp.zeros_like(encoded)), run(encoded))
   np.testing.assert_allclose(run(encoded), model.apply({"params": params}, x, y), atol=1e-4)
 

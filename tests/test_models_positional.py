@@ -18,8 +18,8 @@ import pytest
 from jformer import config as config_lib
 from jformer import models
 from jformer.attention import registry
-from jformer.decode.translator import init_cache
 from jformer.ops import positional
+from test_models import decode_step_by_step
 
 POSITIONAL = ["sinusoidal", "learned", "rotary", "alibi", "relative", "none"]
 HEADS = 4
@@ -239,15 +239,7 @@ def test_cached_decoding_equals_full_forward(option, kv_heads):
   x, y = source_and_target()
   full = model.apply(variables, x, y)
   encoded = model.apply(variables, x, method=model.encode)
-  cache = init_cache(model, variables["params"], encoded, x, y.shape[1])
-  previous = jnp.pad(y, ((0, 0), (1, 0)))[:, :-1]
-  steps = []
-  for t in range(y.shape[1]):
-    logits, mutated = model.apply({"params": variables["params"], "cache": cache}, encoded, x,
-                                  previous[:, t:t + 1], decode=True, method=model.decode, mutable=["cache"])
-    cache = mutated["cache"]
-    steps.append(logits)
-  np.testing.assert_allclose(jnp.concatenate(steps, axis=1), full, atol=1e-4)
+  np.testing.assert_allclose(decode_step_by_step(model, variables["params"], encoded, x, y), full, atol=1e-4)
 
 
 @pytest.mark.parametrize("kv_heads", KV_HEADS)
