@@ -1,13 +1,17 @@
 """Attention variants: forward+backward time and compiled temporary memory against sequence length.
 
-For each variant and length (128, 256, ..., `--max_length`): batch 1, 8 heads, head_dim 64, causal self-attention,
-float32; one jitted step computes the loss sum(attention(q, k, v)) and its gradients wrt q, k and v. Memory is
-the compiled step's temporary buffers (`memory_analysis().temp_size_in_bytes`), read before running; a step
-that would need more than `--max_temp_gib` is marked OOM and not run. Time is the median of `--reps` runs after
-one warm-up run (compile excluded), each waited for with `block_until_ready` (the minimum is printed too: on a
-shared machine it is the steadier figure).
+For each variant and length (128, 256, ..., `--max_length`, or `--lengths`): batch 1, 8 heads, head_dim 64, causal
+self-attention, float32; one jitted step computes the loss sum(attention(q, k, v)) and its gradients wrt q, k, v
+and the variant's learned parameters, if it declares any (made by `jformer.registry.init_params` for these
+dimensions, d_model = heads x head_dim). Each variant runs with `AttentionVariant.runnable_options`: its
+defaults, its `example_options` value for an option it requires, `--options` on top. Memory is the compiled
+step's temporary buffers (`memory_analysis().temp_size_in_bytes`), read before running; a step that would need
+more than `--max_temp_gib` is marked OOM and not run. Time is the median of `--reps` runs after one warm-up run
+(compile excluded), each waited for with `block_until_ready` (the minimum is printed too: on a shared machine it
+is the steadier figure). The first line names the machine (CPU model and SIMD flags, `common.announce`).
 
     python benchmarks/attention.py --max_length=8192 --variants=dot_product,chunked --json=attention.json
+    python benchmarks/attention.py --lengths=2048 --variants=chunked,additive --reps=1
     python benchmarks/attention.py --options='{"chunked": {"key_chunk_size": 512}}'
 """
 
@@ -19,14 +23,13 @@ import json
 import statistics
 import time
 
+import common
 import jax
 import jax.numpy as jnp
 
-from jformer import attention
+from jformer import attention, registry
 
 REFERENCE = "dot_product"
-# Options a variant needs to run here (its required options), merged under --options.
-DEFAULT_OPTIONS = {"local": {"window_size": 256}}
 MIB = 2**20
 
 
@@ -35,6 +38,7 @@ def parse_args(argv=None):
   parser.add_argument("--variants", default=",".join(attention.available()),
                       help="comma-separated registry names (default: all)")
   parser.add_argument("--max_length", type=int, default=16384, help="longest sequence (powers of two from 128)")
+  parser.add_argument("--lengths", default="", help="comma-separated lengths instead of 128 ... --max_length")
   parser.add_argument("--batch", type=int, default=1)
   parser.add_argument("--heads", type=int, default=8)
   parser.add_argument("--head_dim", type=int, default=64)
@@ -50,8 +54,25 @@ def parse_args(argv=None):
   for name in args.variants:
     attention.get(name)  # a KeyError naming the known variants
   user_options = json.loads(args.options)
-  args.options = {name: {**DEFAULT_OPTIONS.get(name, {}), **user_options.get(name, {})} for name in args.variants}
+  unknown = sorted(set(user_options) - set(args.variants))
+  if unknown:
+    parser.error(f"--options names variants not in --variants: {unknown}")
+  try:
+    args.options = {name: attention.get(name).runnable_options(user_options.get(name)) for name in args.variants}
+  except ValueError as e:
+    parser.error(f"--options: {e}")
+  args.lengths = ([int(n) for n in args.lengths.split(",")] if args.lengths else
+                  [2**p for p in range(7, 40) if 2**p <= args.max_length])
   return args
+
+
+def learned_params(name: str, args) -> dict | None:
+  """The variant's learned parameters for the benchmark's dimensions (float32, seed 0), or None if it has none."""
+  variant = attention.get(name)
+  if not variant.params:
+    return None
+  dims = dict(heads=args.heads, kv_heads=args.heads, head_dim=args.head_dim, d_model=args.heads * args.head_dim)
+  return registry.init_params(variant.params, variant.param_dims(dims, args.options[name]), jax.random.PRNGKey(1))
 
 
 def measure(name: str, length: int, args) -> dict:
@@ -60,20 +81,25 @@ def measure(name: str, length: int, args) -> dict:
   shape = (args.batch, length, args.heads, args.head_dim)
   q, k, v = (jax.random.normal(key, shape, jnp.float32) for key in (kq, kk, kv))
   fn = functools.partial(attention.get(name).fn, causal=True, **args.options[name])
-  step = jax.jit(jax.value_and_grad(lambda q, k, v: jnp.sum(fn(q, k, v)), argnums=(0, 1, 2)))
+  params = learned_params(name, args)
+  if params is None:
+    inputs, loss = (q, k, v), lambda q, k, v: jnp.sum(fn(q, k, v))
+  else:  # the parameters get their gradient too, as in a train step.
+    inputs, loss = (q, k, v, params), lambda q, k, v, params: jnp.sum(fn(q, k, v, params=params))
+  step = jax.jit(jax.value_and_grad(loss, argnums=tuple(range(len(inputs)))))
   start = time.perf_counter()
-  compiled = step.lower(q, k, v).compile()
+  compiled = step.lower(*inputs).compile()
   row = dict(variant=name, length=length, compile_s=round(time.perf_counter() - start, 2),
              temp_mib=round(compiled.memory_analysis().temp_size_in_bytes / MIB, 1), ms=None, min_ms=None,
              status="ok")
   if row["temp_mib"] > args.max_temp_gib * 1024:
     row["status"] = "OOM"
     return row
-  jax.block_until_ready(compiled(q, k, v))
+  jax.block_until_ready(compiled(*inputs))
   times = []
   for _ in range(args.reps):
     start = time.perf_counter()
-    jax.block_until_ready(compiled(q, k, v))
+    jax.block_until_ready(compiled(*inputs))
     times.append(time.perf_counter() - start)
   row["ms"], row["min_ms"] = round(1e3 * statistics.median(times), 2), round(1e3 * min(times), 2)
   return row
@@ -95,20 +121,21 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None):
+  common.setup()
   args = parse_args(argv)
+  machine = common.announce()
   print(f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), batch {args.batch}, heads {args.heads}, "
-        f"head_dim {args.head_dim}, causal, float32; options {args.options}", flush=True)
-  lengths = [2**p for p in range(7, 40) if 2**p <= args.max_length]
+        f"head_dim {args.head_dim}, causal, float32; options (beyond the defaults) {args.options}", flush=True)
   rows = []
-  for length in lengths:
+  for length in args.lengths:
     for name in args.variants:
       rows.append(measure(name, length, args))
       print(json.dumps(rows[-1]), flush=True)
   print(table(rows))
   if args.json:
     with open(args.json, "w") as f:
-      json.dump(dict(backend=jax.default_backend(), batch=args.batch, heads=args.heads, head_dim=args.head_dim,
-                     options=args.options, rows=rows), f, indent=1)
+      json.dump(dict(benchmark="attention", machine=machine, backend=jax.default_backend(), batch=args.batch,
+                     heads=args.heads, head_dim=args.head_dim, options=args.options, rows=rows), f, indent=1)
 
 
 if __name__ == "__main__":

@@ -199,19 +199,27 @@ def xla_flops(compiled) -> float | None:
   return (analysis or {}).get("flops")
 
 
+# The /proc/cpuinfo flags (prefixes) that decide how fast XLA's CPU kernels can be: the vector instruction sets.
+SIMD_FLAGS = ("avx", "fma", "f16c", "amx", "sse4")
+
+
 def machine() -> dict:
-  """The machine and software the figures come from."""
+  """The machine and software the figures come from (`cpu_flags`: its SIMD_FLAGS, '' off Linux)."""
   import flax
   import jax
   import jaxlib
 
-  model = platform.processor()
+  model, flags = platform.processor(), []
   try:
     with open("/proc/cpuinfo") as f:
-      model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+      lines = f.readlines()
+    model = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    flags = sorted(flag for flag in next(line.split(":", 1)[1].split() for line in lines if line.startswith("flags"))
+                   if flag.startswith(SIMD_FLAGS))
   except (OSError, StopIteration):
     pass
-  return {"cpu": model, "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+  return {"cpu": model, "cpu_flags": " ".join(flags),
+          "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
           "backend": jax.default_backend(), "device": jax.devices()[0].device_kind, "jax": jax.__version__,
           "jaxlib": jaxlib.__version__, "flax": flax.__version__, "python": platform.python_version(),
           "date": datetime.datetime.now().isoformat(timespec="seconds")}
@@ -220,7 +228,8 @@ def machine() -> dict:
 def announce() -> dict:
   """Prints a line naming the machine and returns `machine()`."""
   info = machine()
-  print(f"{info['cpu']}, {info['cpus']} CPUs, {info['backend']}, jax {info['jax']}", flush=True)
+  print(f"{info['cpu']} ({info['cpu_flags'] or 'flags unknown'}), {info['cpus']} CPUs, {info['backend']}, "
+        f"jax {info['jax']}", flush=True)
   return info
 
 

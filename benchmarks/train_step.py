@@ -7,7 +7,8 @@ are the matmul formula of `common.Shape.forward_flops` x 3; XLA's `cost_analysis
 `jformer/ops/linear_cross_entropy.py`, so XLA's figure is lower). The peak matmul runs after every timed step
 (interleaved), and each row's MFU divides by the median of those runs: the machine's speed drifts by 10%.
 The default attention is `auto`; every other registered variant that supports the model runs too
-(`flash_pallas` only where it compiles: off CPU).
+(`flash_pallas` only where it compiles: off CPU), with `AttentionVariant.runnable_options` (its defaults, and its
+`example_options` value for an option it requires); a variant with learned parameters gets them from the model.
 
     python benchmarks/train_step.py                      # TINY and BASE, every variant (about 15 minutes)
     python benchmarks/train_step.py --shapes=TINY --variants=auto --reps=10
@@ -18,9 +19,6 @@ from __future__ import annotations
 import argparse
 
 import common
-
-# Options a variant needs to build the benchmark model (its required options).
-VARIANT_OPTIONS = {"local": {"window_size": 128}}
 
 
 def parse_args(argv=None):
@@ -57,12 +55,13 @@ def measure(shape: common.Shape, variant: str, reps: int, probe) -> dict:
   """Compiles and times the train step of `shape` with attention `variant`."""
   import jax
 
+  from jformer import attention
   from jformer import config as config_lib
   from jformer.models import Transformer
   from jformer.train import optim, state as state_lib, step as step_lib
 
   model_config = shape.model_config(attention=variant,
-                                    attention_options=tuple(sorted(VARIANT_OPTIONS.get(variant, {}).items())))
+                                    attention_options=tuple(sorted(attention.get(variant).runnable_options().items())))
   model_config.validate()
   model = Transformer(model_config)
   tx, schedule = optim.build_optimizer(config_lib.base_config().optimizer, shape.d_model)

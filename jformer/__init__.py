@@ -1,10 +1,16 @@
 """jformer: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017) in functional JAX/Flax.
 
-Layers, each importing only the ones below it:
-  ops/        pure jax.numpy functions (attention, masks, positional encodings, losses)
-  attention/  registry of attention variants (name -> pure function)
-  models/     Flax Linen modules built from a frozen TransformerConfig
-  data/, decode/, checkpoint/, parallel/, train/   built on the models
+Layers, top to bottom, each importing only the ones below it (the contract: `[tool.importlinter]` in pyproject.toml,
+checked by tests/test_layers.py):
+  main, then visualize                     the `jformer` command and its attention-map tool
+  train/                                   state, steps, mesh/pmap runners, the train-and-evaluate loop
+  decode/, data/, checkpoint/, parallel/, config   independent of each other
+  models/                                  Flax Linen modules built from a frozen TransformerConfig
+  attention/, positional/                  registries of attention variants and positional encodings
+                                           (name -> pure function, its parameters declared)
+  ops/                                     pure jax.numpy functions (attention, masks, positional encodings,
+                                           losses) and the special token ids
+  registry, runtime                        nothing of jformer: the plug-in Registry; process settings
 """
 
 __version__ = "0.1.0"

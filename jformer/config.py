@@ -1,14 +1,15 @@
 """Experiment configs: `configs/*.py` files with `get_config()`, dotted overrides, validation.
 
 `load(path, overrides)` is the one way configs are read (the CLI, tests and config files that build on
-other config files all use it). Configs are locked ConfigDicts: an unknown key is an error that names the
-nearest known key, and invalid combinations fail here, before anything runs.
+other config files all use it). Configs are locked ConfigDicts: an unknown key, set by a config file or an
+override, is an error that names the nearest known key, and invalid combinations fail here, before anything runs.
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import importlib
 import importlib.util
 import json
 import pathlib
@@ -17,12 +18,15 @@ from typing import Any, Mapping
 import ml_collections
 
 # Groups whose keys are not fixed in advance (the chosen variant validates them).
-OPEN_GROUPS = ("model.attention_options",)
+OPEN_GROUPS = ("model.attention_options", "model.positional_options")
 
 
 def base_config() -> ml_collections.ConfigDict:
   """Every field an experiment can set, with its default; config files start from this."""
   config = ml_collections.ConfigDict()
+  # Plug-ins imported before anything is built, comma-separated: files (path/to/my_variants.py) or modules
+  # (my_package.attention): their @register lines add attention variants, positional encodings or datasets.
+  config.imports = ""
 
   config.model = model = ml_collections.ConfigDict()
   model.architecture = "transformer"  # 'transformer' (encoder-decoder) or 'lm' (decoder-only).
@@ -37,9 +41,8 @@ def base_config() -> ml_collections.ConfigDict:
   model.attention_dropout_rate = 0.0  # Dropout on attention weights (not in the paper).
   model.attention = "auto"  # Attention variant, a name from `jformer attention list`; auto: chosen per backend/shape.
   model.attention_options = ml_collections.ConfigDict()  # Keyword options of that variant.
-  model.positional = "sinusoidal"  # 'sinusoidal' (paper), 'learned', 'rotary', 'alibi', 'relative' (T5) or 'none'.
-  model.relative_num_buckets = 32  # 'relative': relative-position buckets per stack (T5: 32).
-  model.relative_max_distance = 128  # 'relative': distance from which all positions share a bucket (T5: 128).
+  model.positional = "sinusoidal"  # Positional encoding, a name from `jformer positional list`; paper: sinusoidal.
+  model.positional_options = ml_collections.ConfigDict()  # Keyword options of that encoding (e.g. num_buckets).
   model.max_length = 512  # Longest sequence the position table covers.
   model.norm = "post"  # 'post': LayerNorm(x + Sublayer(x)) as the paper; 'pre': x + Sublayer(LayerNorm(x)).
   model.activation = "relu"  # Feed-forward nonlinearity: 'relu' (paper) or 'gelu'.
@@ -84,6 +87,7 @@ def base_config() -> ml_collections.ConfigDict:
   train.bleu_every = 0  # Steps between test-split BLEU; 0 = only at the end.
   train.bleu_examples = -1  # Test sentences decoded for BLEU; -1 = all.
   train.average_checkpoints = 0  # Final BLEU with the mean of the last N checkpoints (paper: 5 base, 20 big).
+  train.skip_nonfinite_updates = 0  # Non-finite (NaN/Inf) updates skipped before the run stops; 0 = stop at the first.
 
   config.parallel = parallel = ml_collections.ConfigDict()
   parallel.mode = "mesh"  # 'mesh': jax.jit over a device mesh; 'pmap': classic data parallel (jax.pmap).
@@ -115,6 +119,7 @@ def load(path: str | pathlib.Path, overrides: Mapping[str, Any] | None = None) -
   config = _read(path)
   for dotted_key, value in (overrides or {}).items():
     set_value(config, dotted_key, value)
+  import_plugins(config.imports)
   validate(config)
   config.lock()
   return config
@@ -123,17 +128,67 @@ def load(path: str | pathlib.Path, overrides: Mapping[str, Any] | None = None) -
 def load_run(workdir: str | pathlib.Path, overrides: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
   """The resolved config a training run wrote to `<workdir>/config.json`, with `overrides` applied.
 
-  The file is read over `base_config()`, so runs written before a field existed get that field's default.
+  The file is read over `base_config()`, so runs written before a field existed get that field's default, and
+  fields that have moved since are read where they are now (`_moved_fields`).
   """
   path = pathlib.Path(workdir) / "config.json"
   if not path.is_file():
     raise FileNotFoundError(f"{path} does not exist: is '{workdir}' the --workdir of a `jformer train` run?")
   config = base_config()
-  for dotted_key, value in {**_flatten_dict(json.loads(path.read_text())), **(overrides or {})}.items():
+  written = _moved_fields(_flatten_dict(json.loads(path.read_text())))
+  for dotted_key, value in {**written, **(overrides or {})}.items():
     set_value(config, dotted_key, value)
+  import_plugins(config.imports)
   validate(config)
   config.lock()
   return config
+
+
+_IMPORTED_PLUGINS: dict[str, Any] = {}
+
+
+def import_plugins(imports: str) -> list:
+  """Imports the plug-ins `config.imports` names (comma-separated files or module names), each once per process,
+  so that their `@register` lines run before the model, the data or a sweep point is built.
+
+  Every entry point reads configs through `load`/`load_run`, so every process (hosts of a pod, sweep points,
+  `translate` on the run later) imports them. A file path is resolved from the working directory.
+  """
+  modules = []
+  for name in filter(None, (part.strip() for part in imports.split(","))):
+    if name.endswith(".py") or "/" in name:
+      key = str(pathlib.Path(name).resolve())
+      if key not in _IMPORTED_PLUGINS:
+        _IMPORTED_PLUGINS[key] = import_file(key, "plugin", "--config.imports=path/to/my_variants.py")
+    else:
+      key = name
+      if key not in _IMPORTED_PLUGINS:
+        try:
+          _IMPORTED_PLUGINS[key] = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+          raise ModuleNotFoundError(f"config.imports: no module '{name}' ({e}); give a module on the Python path "
+                                    "or a file path ending in .py") from None
+    modules.append(_IMPORTED_PLUGINS[key])
+  return modules
+
+
+# Fields of runs written before `model.positional_options` -> the option of the 'relative' encoding they set.
+RELATIVE_FIELDS = {"model.relative_num_buckets": "num_buckets", "model.relative_max_distance": "max_distance"}
+
+
+def _moved_fields(values: dict[str, Any]) -> dict[str, Any]:
+  """`values` (dotted keys) with the fields of older runs where they live now: a run with model.positional =
+  'relative' keeps its bucket settings as `model.positional_options` (those not at their default, so that the
+  model config compares equal on resume); other runs never read them."""
+  from jformer import positional
+
+  defaults = positional.get("relative").options
+  values = dict(values)
+  for key, option in RELATIVE_FIELDS.items():
+    value = values.pop(key, defaults[option])
+    if values.get("model.positional") == "relative" and value != defaults[option]:
+      values[f"model.positional_options.{option}"] = value
+  return values
 
 
 def _flatten_dict(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -177,6 +232,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.data.batch_size % config.train.grad_accumulation_steps:
     problems.append(f"data.batch_size={config.data.batch_size} is not divisible by "
                     f"train.grad_accumulation_steps={config.train.grad_accumulation_steps}")
+  if config.train.skip_nonfinite_updates < 0:
+    problems.append(f"train.skip_nonfinite_updates={config.train.skip_nonfinite_updates} is negative")
   if config.train.average_checkpoints > config.train.keep_checkpoints:
     problems.append(f"train.average_checkpoints={config.train.average_checkpoints} needs train.keep_checkpoints "
                     f">= it (now {config.train.keep_checkpoints})")
@@ -219,7 +276,19 @@ def _read(path) -> ml_collections.ConfigDict:
   config = module.get_config(arg) if arg else module.get_config()
   if not isinstance(config, ml_collections.ConfigDict):
     raise TypeError(f"get_config() of '{file}' returned {type(config).__name__}, not a ConfigDict")
+  _check_known_keys(config, file)
   return config
+
+
+def _check_known_keys(config: ml_collections.ConfigDict, file: pathlib.Path) -> None:
+  """Refuses a key that config `file` added and `base_config()` lacks (a typo such as `config.train.stpes = 5`);
+  keys inside `OPEN_GROUPS` are free. Checked after `get_config()`, so keys set under `config.unlocked()` (files
+  that build on another file's locked config) are caught too."""
+  base = base_config()
+  known = set(flatten(base))
+  for dotted_key in flatten(config):
+    if dotted_key not in known and not dotted_key.startswith(tuple(f"{group}." for group in OPEN_GROUPS)):
+      raise KeyError(f"config file '{file}': {_unknown_key_message(base, dotted_key)}")
 
 
 def _unknown_key_message(config, dotted_key: str) -> str:

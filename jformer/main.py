@@ -1,6 +1,6 @@
 """The `jformer` command (also `python -m jformer.main`): sub-commands for every job.
 
-    jformer train --config=configs/demo.py --workdir=runs/demo [--config.train.steps=100 ...]
+    jformer train --config=configs/demo.py --workdir=runs/demo [--verbose] [--config.train.steps=100 ...]
     jformer translate --workdir=runs/demo < sentences.en
     jformer average-checkpoints --workdir=runs/demo --last=5
     jformer summary --config=configs/demo.py [--config.model.num_heads=8 ...]
@@ -8,6 +8,7 @@
     jformer launch --sweep=configs/sweeps/attention_variants.py [--backend=local|slurm|tpu_vm] [--dry_run]
     jformer sweep-report --sweep=configs/sweeps/attention_variants.py
     jformer attention list
+    jformer positional list
     jformer visualize-attention --workdir=runs/demo --text "Save the file." [--out=runs/demo/attention]
 
 Config overrides are `--config.<dotted.key>=<value>` after the sub-command.
@@ -35,6 +36,7 @@ def command(name: str, help_text: str):
 def _train_arguments(parser):
   parser.add_argument("--config", required=True, help="config file, e.g. configs/demo.py")
   parser.add_argument("--workdir", required=True, help="run folder: checkpoints, logs, results (resumed if present)")
+  parser.add_argument("--verbose", action="store_true", help="show the traceback of an error, not just its message")
 
 
 @command("train", "train and evaluate a config (resumes from the workdir's checkpoints)")
@@ -65,15 +67,16 @@ def _translate_arguments(parser):
 def translate(args, overrides):
   import jax
 
+  from jformer import checkpoint
   from jformer import config as config_lib
-  from jformer import models
-  from jformer.train.loop import load_tokenizer, make_translator, load_params
+  from jformer import data, models
+  from jformer.decode.translator import make_translator
 
   _quiet_logs()
   config = config_lib.load_run(args.workdir, overrides)
   model = models.build(config)
-  params = load_params(args.workdir, args.checkpoint)
-  translator = make_translator(config, model, params, load_tokenizer(config, args.workdir))
+  params = checkpoint.load_run_params(args.workdir, args.checkpoint)
+  translator = make_translator(config, model, params, data.load_tokenizer(config, args.workdir))
   source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")
   lines = [line.rstrip("\n") for line in source]
   outputs = translator(lines, rng=jax.random.PRNGKey(config.train.seed))
@@ -95,12 +98,10 @@ def _average_arguments(parser):
 
 @command("average-checkpoints", "write the mean parameters of the last N checkpoints to <workdir>/averaged")
 def average_checkpoints(args, overrides):
-  import os
-
   from jformer import checkpoint
 
-  params, steps = checkpoint.average_params(os.path.join(args.workdir, "checkpoints"), last=args.last)
-  path = os.path.join(args.workdir, "averaged")
+  params, steps = checkpoint.average_params(checkpoint.checkpoints_dir(args.workdir), last=args.last)
+  path = checkpoint.averaged_dir(args.workdir)
   checkpoint.save_params(path, params, overwrite=True)
   print(f"averaged steps {steps} -> {path}")
 
@@ -144,7 +145,7 @@ def summary(args, overrides):
     rng = jax.random.PRNGKey(0)
     length = min(32, config.model.max_length)
     tokens = jax.random.randint(rng, (2, length), 1, config.model.vocab_size)
-    inputs = (tokens, tokens) if isinstance(model, models.Transformer) else (tokens,)
+    inputs, _ = model.call_arguments({"inputs": tokens, "targets": tokens})
     params = jax.jit(model.init)(rng, *inputs)
     start = time.perf_counter()
     logits = jax.block_until_ready(jax.jit(model.apply)(params, *inputs))
@@ -156,22 +157,40 @@ def summary(args, overrides):
 summary.add_arguments = _summary_arguments
 
 
-def _attention_arguments(parser):
-  parser.add_argument("action", choices=["list"], help="'list': the registered attention variants")
+def _list_arguments(parser):
+  parser.add_argument("action", choices=["list"], help="'list': the registered names, what each does and takes")
+
+
+def _print_plugins(registry, describe) -> None:
+  """One entry per registered plug-in: name and doc, then `describe(entry)`, its options and learned parameters."""
+  import inspect
+
+  for name in registry.available():
+    entry = registry.get(name)
+    options = ", ".join(option if default is inspect.Parameter.empty else f"{option}={default!r}"
+                        for option, default in entry.options.items())
+    learns = ", ".join(f"{param} [{', '.join(map(str, spec.shape))}]" for param, spec in entry.params.items())
+    print(f"{name:<20} {entry.doc}")
+    print(f"{'':<20} {describe(entry)}" + (f"; options: {options}" if options else "")
+          + (f"; learns: {learns}" if learns else ""))
 
 
 @command("attention", "list the registered attention variants")
 def attention_command(args, overrides):
   from jformer import attention
 
-  for name in attention.available():
-    variant = attention.get(name)
-    print(f"{name:<14} {variant.doc}")
-    print(f"{'':<14} supports: {', '.join(sorted(variant.supports))}"
-          + (f"; options: {', '.join(variant.options)}" if variant.options else ""))
+  _print_plugins(attention, lambda variant: f"supports: {', '.join(sorted(variant.supports))}"
+                 + ("" if variant.weights else " (no attention weights)"))
 
 
-attention_command.add_arguments = _attention_arguments
+@command("positional", "list the registered positional encodings")
+def positional_command(args, overrides):
+  from jformer import positional
+
+  _print_plugins(positional, lambda encoding: f"acts: {encoding.acts}")
+
+
+attention_command.add_arguments = positional_command.add_arguments = _list_arguments
 
 
 def _visualize_arguments(parser):
@@ -189,16 +208,15 @@ def visualize_attention(args, overrides):
 
   import jax
 
+  from jformer import checkpoint
   from jformer import config as config_lib
-  from jformer import models
-  from jformer import visualize
-  from jformer.train.loop import load_params, load_tokenizer
+  from jformer import data, models, visualize
 
   _quiet_logs()
   config = config_lib.load_run(args.workdir, overrides)
   model = models.build(config)
-  maps = visualize.attention_maps(config, model, load_params(args.workdir, args.checkpoint),
-                                  load_tokenizer(config, args.workdir), args.text,
+  maps = visualize.attention_maps(config, model, checkpoint.load_run_params(args.workdir, args.checkpoint),
+                                  data.load_tokenizer(config, args.workdir), args.text,
                                   rng=jax.random.PRNGKey(config.train.seed))
   out = args.out or os.path.join(args.workdir, "attention")
   paths = visualize.write_attention_maps(maps, out)
@@ -247,7 +265,9 @@ def main(argv=None):
   runtime.configure_host_allocator()  # before JAX starts its threads.
   try:
     fn(args, overrides)
-  except (KeyError, ValueError, TypeError, FileNotFoundError) as e:
+  except (KeyError, ValueError, TypeError, FileNotFoundError, FloatingPointError) as e:
+    if getattr(args, "verbose", False):
+      raise
     message = e.args[0] if isinstance(e, KeyError) and e.args else e
     sys.exit(f"jformer {args.command}: error: {message}")
 

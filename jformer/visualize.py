@@ -1,8 +1,10 @@
 """Attention maps of a trained translation model for one sentence: `jformer visualize-attention`.
 
 The sentence is translated with the run's configured decoder (`decode.method`), then one teacher-forced
-forward pass on (source, translation) records the attention weights softmax(Q K^T / sqrt(d_k) + bias) of
-every layer and head (paper eq. 1; `MultiHeadAttention` sows them into the 'intermediates' collection).
+forward pass on (source, translation) records the attention weights of every layer and head, as the run's
+attention variant computes them (its registered `weights` function: softmax(Q K^T / sqrt(d_k) + bias) for the
+paper's attention, the window for `local`, the normalised kernel for `linear`, the learned score for
+`additive`, ...; `MultiHeadAttention` sows them into the 'intermediates' collection).
 One PNG per layer and kind, with one heatmap per head and the SentencePiece pieces on the axes:
 
     encoder_self_layer{i}.png   rows: source pieces       columns: source pieces
@@ -25,9 +27,8 @@ import matplotlib
 import numpy as np
 import sentencepiece as spm
 
-from jformer.decode.common import EOS_ID
-from jformer.decode.translator import translate_ids
-from jformer.train.loop import make_translator
+from jformer.decode.translator import make_translator, translate_ids
+from jformer.ops.tokens import EOS_ID
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interactive backend)
@@ -36,7 +37,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interacti
 KINDS = {"encoder_self": ("encoder self-attention", "source (query)", "source (key)"),
          "decoder_self": ("decoder self-attention (causal)", "predicted piece", "decoder input"),
          "cross": ("encoder-decoder attention", "predicted piece", "source")}
-START_PIECE = "<s>"  # label of the decoder's start input (id 0, as shift_right feeds it).
+START_PIECE = "<s>"  # label of the decoder's start input (`ops.tokens.BOS_ID`, as shift_right feeds it).
 
 
 @dataclasses.dataclass
@@ -68,8 +69,12 @@ def record_attention(model, params, inputs_1xS: jax.Array, targets_1xT: jax.Arra
 
 def attention_maps(config, model, params, tokenizer, text: str, *, rng=None) -> AttentionMaps:
   """Translates `text` with the run's decoder (`config.decode`) and records the attention of that translation."""
-  if not hasattr(model, "encode"):
+  if not model.is_encoder_decoder:
     raise ValueError("visualize-attention needs an encoder-decoder run (model.architecture='transformer')")
+  variant = model.config.attention_variant()
+  if variant.weights is None:
+    raise ValueError(f"attention variant '{variant.name}' has no weights function (it never forms attention "
+                     "weights), so there are no attention maps to draw")
   source_ids = tokenizer.encode(text)
   max_length = model.config.max_length
   if len(source_ids) > max_length:

@@ -17,9 +17,10 @@ import sys
 from launch import events, runs
 from launch import sweep as sweep_lib
 
-METRICS = ("step", "train_loss", "eval_loss", "eval_accuracy", "bleu", "tokens_per_second")
-FORMATS = {"train_loss": "{:.4f}", "eval_loss": "{:.4f}", "eval_accuracy": "{:.3f}", "bleu": "{:.2f}",
-           "tokens_per_second": "{:,.0f}", "step": "{:d}"}
+METRICS = ("step", "train_loss", "eval_loss", "eval_accuracy", "eval_perplexity", "bleu", "tokens_per_second",
+           "step_temp_mib")
+FORMATS = {"train_loss": "{:.4f}", "eval_loss": "{:.4f}", "eval_accuracy": "{:.3f}", "eval_perplexity": "{:.2f}",
+           "bleu": "{:.2f}", "tokens_per_second": "{:,.0f}", "step_temp_mib": "{:,.1f}", "step": "{:d}"}
 CURVES = (("train/loss", "train loss"), ("eval/loss", "eval loss"))
 
 
@@ -35,7 +36,8 @@ def collect(sweep: sweep_lib.Sweep, root: str) -> tuple[list[dict], dict[str, di
     results = runs.read_results(workdir)
     if results is None:  # Not finished: the latest logged values.
       results = {metric: curves[point.name][tag][-1][1] for tag, metric in
-                 (("train/loss", "train_loss"), ("eval/loss", "eval_loss"), ("eval/accuracy", "eval_accuracy"))
+                 (("train/loss", "train_loss"), ("eval/loss", "eval_loss"), ("eval/accuracy", "eval_accuracy"),
+                  ("eval/perplexity", "eval_perplexity"))
                  if curves[point.name].get(tag)}
       if curves[point.name].get("train/loss"):
         results["step"] = curves[point.name]["train/loss"][-1][0]

@@ -17,6 +17,16 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
+def scratch_registries(monkeypatch):
+  """Attention variants and positional encodings registered during a test are dropped after it."""
+  from jformer.attention import registry as attention_registry
+  from jformer.positional import registry as positional_registry
+
+  for registry in (attention_registry._REGISTRY, positional_registry.REGISTRY):
+    monkeypatch.setattr(registry, "_entries", dict(registry._entries))
+
+
+@pytest.fixture
 def repo_root() -> pathlib.Path:
   return REPO
 
@@ -47,3 +57,11 @@ def tiny_overrides(corpus: pathlib.Path, **extra) -> dict:
   }
   overrides.update(extra)
   return overrides
+
+
+def positional_overrides(name: str) -> dict:
+  """Config overrides selecting positional encoding `name` with its `example_options` (for small test models)."""
+  from jformer import positional
+
+  return {"model.positional": name, **{f"model.positional_options.{option}": value
+                                       for option, value in positional.get(name).example_options.items()}}

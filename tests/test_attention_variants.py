@@ -1,9 +1,11 @@
 """Every registered attention variant against its reference, forward and gradients, in every setting the model uses.
 
-The matrix is parametrized over the registry, so a new variant is checked without touching this file: softmax
-variants against `dot_product`; `local` against `dot_product` with the sliding-window mask; `linear` (not
-softmax) against its explicit quadratic formula. A variant is skipped for a setting only because it does not
-declare a needed feature, and `test_undeclared_features_are_refused` checks that asking for one fails.
+The matrix is parametrized over the registry, so a new variant is checked without touching this file, with the
+`example_options` it registered: each against its `reference` (by default its attention weights times the
+values: softmax attention for the kernels, the windowed softmax for `local`, the normalised kernel for `linear`,
+softmax over the learned score for `additive`/`general`/`cosine`), with random values for its declared
+parameters, gradients wrt those parameters included. A variant is skipped for a setting only because it does
+not declare a needed feature, and `test_undeclared_features_are_refused` checks that asking for one fails.
 """
 
 from __future__ import annotations
@@ -21,9 +23,6 @@ from jformer import attention
 from jformer.ops import masks
 
 BATCH, LENGTH, SOURCE_LENGTH, HEADS, DIM = 2, 9, 7, 2, 8
-# Options that cut these small shapes into several blocks that do not divide the lengths.
-OPTIONS = {"chunked": dict(query_chunk_size=4, key_chunk_size=3), "flash_pallas": dict(block_q=4, block_k=4),
-           "linear": dict(chunk_size=4), "local": dict(window_size=3)}
 PADDING = jnp.array([[1] * 6 + [0] * 3, [1] * 9])  # row 0: 6 tokens + padding
 SOURCE_PADDING = jnp.array([[1] * 7, [1] * 4 + [0] * 3])
 PACKED = jnp.array([[1, 1, 1, 2, 2, 2, 2, 3, 0], [1, 1, 1, 1, 1, 2, 2, 0, 0]])  # packed examples per row
@@ -72,52 +71,41 @@ SETTINGS = {
 }
 
 
-def softmax_reference(q, k, v, **kwargs):
-  return attention.get("dot_product").fn(q, k, v, **kwargs)
+def options_of(name):
+  """The variant's example options (they cut these small shapes into several blocks that do not divide the
+  lengths) and, when it declares parameters, random values for them shaped for `heads` query heads."""
+  variant = attention.get(name)
+  return dict(variant.example_options)
 
 
-def local_reference(q, k, v, **kwargs):
-  """dot_product with the equivalent mask: the sliding window over the (default arange) positions."""
-  q_positions = kwargs.get("q_positions", jnp.arange(q.shape[1]))
-  kv_positions = kwargs.get("kv_positions", jnp.arange(k.shape[1]))
-  window = masks.sliding_window_mask(q_positions, kv_positions, OPTIONS["local"]["window_size"],
-                                     causal=kwargs.get("causal", False))
-  return attention.get("dot_product").fn(q, k, v, **kwargs, mask=window)
-
-
-def linear_reference(q, k, v, **kwargs):
-  """The explicit formula: (phi(Q) phi(K)^T * M) V / rowsum(phi(Q) phi(K)^T * M), phi = elu + 1, M the mask."""
-  k, v = (attention.repeat_kv(x, q.shape[2]) for x in (k, v))
-  mask = masks.attention_mask(q.shape[1], k.shape[1], **kwargs)
-  phi = lambda x: jax.nn.elu(x) + 1
-  weights = jnp.einsum("bthd,bshd->bhts", phi(q), phi(k)) * (True if mask is None else mask)
-  normaliser = jnp.einsum("bhts->bth", weights)
-  return jnp.einsum("bhts,bshd->bthd", weights, v) / jnp.where(normaliser > 0, normaliser, 1.0)[..., None]
-
-
-REFERENCES = {"linear": linear_reference, "local": local_reference}
-
-
-def reference_of(name):
-  """The explicit formula a variant is checked against: here, its own `reference=`, else softmax attention."""
-  return REFERENCES.get(name) or attention.get(name).reference or softmax_reference
+def params_of(name, heads):
+  """Random (not initial: e.g. `general` starts as the identity) values for the variant's declared parameters."""
+  variant = attention.get(name)
+  if not variant.params:
+    return {}
+  dims = dict(heads=heads, kv_heads=heads, head_dim=DIM, d_model=heads * DIM)
+  shapes = variant.param_shapes(dims, variant.example_options)
+  keys = jax.random.split(jax.random.PRNGKey(23), len(shapes))
+  return {"params": {n: 0.5 * jax.random.normal(key, shapes[n]) for key, n in zip(keys, sorted(shapes))}}
 
 
 def visible_rows(q, k, kwargs) -> np.ndarray:
   """`[B, T]` bool: the queries that see at least one key (others have no defined output)."""
-  mask = masks.attention_mask(q.shape[1], k.shape[1], **{n: x for n, x in kwargs.items() if n != "bias"})
+  mask = masks.attention_mask(q.shape[1], k.shape[1], **{n: x for n, x in kwargs.items() if n not in ("bias", "params")})
   if mask is None:
     return np.ones(q.shape[:2], bool)
   return np.broadcast_to(np.asarray(mask).any((1, 3)), q.shape[:2])
 
 
 def output_and_grads(fn, q, k, v, kwargs, rows):
-  """`fn`'s output and the gradients of sum(out * cotangent) over the visible rows wrt q, k, v (and bias)."""
+  """`fn`'s output and the gradients of sum(out * cotangent) over the visible rows wrt q, k, v (and bias, and the
+  variant's parameters)."""
   cotangent = jax.random.normal(jax.random.PRNGKey(99), q.shape[:3] + v.shape[-1:]) * rows[:, :, None, None]
-  differentiable = (q, k, v) + ((kwargs["bias"],) if "bias" in kwargs else ())
+  names = [n for n in ("bias", "params") if n in kwargs]
+  differentiable = (q, k, v) + tuple(kwargs[n] for n in names)
 
-  def loss(q, k, v, *bias):
-    out = fn(q, k, v, **(dict(kwargs, bias=bias[0]) if bias else kwargs))
+  def loss(q, k, v, *extra):
+    out = fn(q, k, v, **dict(kwargs, **dict(zip(names, extra))))
     return jnp.sum(jnp.where(rows[:, :, None, None], out, 0.0) * cotangent), out
 
   grad_fn = jax.value_and_grad(loss, argnums=tuple(range(len(differentiable))), has_aux=True)
@@ -125,11 +113,11 @@ def output_and_grads(fn, q, k, v, kwargs, rows):
   return np.asarray(out), grads
 
 
-@functools.lru_cache(maxsize=None)
-def reference_output_and_grads(reference, setting):
-  """`output_and_grads` of a reference in a setting, computed once for all the variants that share it."""
-  q, k, v, kwargs = SETTINGS[setting].make()
-  return output_and_grads(reference, q, k, v, kwargs, visible_rows(q, k, kwargs))
+def assert_grads_close(grads, want_grads, names):
+  for argument, got, want in zip(names, grads, want_grads):
+    (got_leaves, _), want_leaves = jax.tree_util.tree_flatten_with_path(got), jax.tree.leaves(want)
+    for (path, g), w in zip(got_leaves, want_leaves, strict=True):
+      np.testing.assert_allclose(g, w, atol=1e-5, err_msg=f"gradient wrt {argument}{jax.tree_util.keystr(path)}")
 
 
 @pytest.mark.parametrize("setting", sorted(SETTINGS))
@@ -139,13 +127,14 @@ def test_variant_matches_reference(name, setting):
   if not case.needs <= variant.supports:
     pytest.skip(f"'{name}' does not declare {sorted(case.needs - variant.supports)}")
   q, k, v, kwargs = case.make()
+  kwargs = dict(kwargs, **params_of(name, q.shape[2]))
   rows = visible_rows(q, k, kwargs)
-  out, grads = output_and_grads(functools.partial(variant.fn, **OPTIONS.get(name, {})), q, k, v, kwargs, rows)
-  want_out, want_grads = reference_output_and_grads(reference_of(name), setting)
+  options = options_of(name)
+  out, grads = output_and_grads(functools.partial(variant.fn, **options), q, k, v, kwargs, rows)
+  want_out, want_grads = output_and_grads(functools.partial(variant.reference, **options), q, k, v, kwargs, rows)
   assert out.shape == q.shape and np.isfinite(out).all()
   np.testing.assert_allclose(out[rows], want_out[rows], atol=1e-5)
-  for argument, got, want in zip(("query", "key", "value", "bias"), grads, want_grads):
-    np.testing.assert_allclose(got, want, atol=1e-5, err_msg=f"gradient wrt {argument}")
+  assert_grads_close(grads, want_grads, ("query", "key", "value") + tuple(n for n in ("bias", "params") if n in kwargs))
 
 
 @pytest.mark.parametrize("name", attention.available())
@@ -157,7 +146,8 @@ def test_decode_steps_match_full_forward(name):
   slots = 6
   q, k, v = random_qkv(12, q_len=slots, kv_len=slots, heads=4, kv_heads=2)
   garbage = 100.0 * jax.random.normal(jax.random.PRNGKey(13), k.shape)
-  fn = functools.partial(variant.fn, **OPTIONS.get(name, {}))
+  extra = dict(options_of(name), **params_of(name, q.shape[2]))
+  fn = functools.partial(variant.fn, **extra)
   filled = lambda x, t: jnp.where((jnp.arange(slots) <= t)[None, :, None, None], x, garbage)
 
   def decode(q, k, v):
@@ -169,10 +159,10 @@ def test_decode_steps_match_full_forward(name):
 
   rows = np.ones((BATCH, slots), bool)
   out, grads = output_and_grads(decode, q, k, v, {}, rows)
-  want_out, want_grads = output_and_grads(reference_of(name), q, k, v, dict(causal=True), rows)
+  want_out, want_grads = output_and_grads(functools.partial(variant.reference, **extra), q, k, v, dict(causal=True),
+                                          rows)
   np.testing.assert_allclose(out, want_out, atol=1e-5)
-  for argument, got, want in zip(("query", "key", "value"), grads, want_grads):
-    np.testing.assert_allclose(got, want, atol=1e-5, err_msg=f"gradient wrt {argument}")
+  assert_grads_close(grads, want_grads, ("query", "key", "value"))
 
 
 @pytest.mark.parametrize("name", attention.available())
@@ -185,24 +175,20 @@ def test_undeclared_features_are_refused(name):
       variant.check(needs=case.needs)
     q, k, v, kwargs = case.make()
     with pytest.raises(ValueError, match=f"attention variant '{name}' does not support"):
-      variant.fn(q, k, v, **kwargs, **OPTIONS.get(name, {}))
+      variant.fn(q, k, v, **kwargs, **options_of(name), **params_of(name, q.shape[2]))
   if "dropout" not in variant.supports:
     with pytest.raises(ValueError, match=r"does not support \['dropout'\]"):
-      variant.fn(*random_qkv(0), dropout_rate=0.1, dropout_rng=jax.random.PRNGKey(0), **OPTIONS.get(name, {}))
+      variant.fn(*random_qkv(0), dropout_rate=0.1, dropout_rng=jax.random.PRNGKey(0), **options_of(name),
+                 **params_of(name, HEADS))
   assert variant.supports <= set(attention.FEATURES)
-
-
-def test_every_variant_has_test_options_for_its_required_options():
-  for name in attention.available():
-    attention.get(name).check(options=OPTIONS.get(name, {}))
 
 
 def test_local_is_banded_and_linear_is_not_softmax():
   """The two non-reference variants really differ from full softmax attention on the same inputs."""
   q, k, v = random_qkv(14)
-  full, windowed, linear = jax.jit(lambda q, k, v: [attention.get(name).fn(q, k, v, causal=True, **OPTIONS.get(
-      name, {})) for name in ("dot_product", "local", "linear")])(q, k, v)
-  window = OPTIONS["local"]["window_size"]
+  full, windowed, linear = jax.jit(lambda q, k, v: [attention.get(name).fn(q, k, v, causal=True, **options_of(
+      name)) for name in ("dot_product", "local", "linear")])(q, k, v)
+  window = options_of("local")["window_size"]
   np.testing.assert_allclose(windowed[:, :window], full[:, :window], atol=1e-6)  # the window covers them all
   assert np.abs(np.asarray(windowed[:, window:] - full[:, window:])).max() > 0.1
   assert np.abs(np.asarray(linear - full)).max() > 0.1

@@ -46,4 +46,26 @@ def test_bad_override_exits_with_message(repo_root):
 def test_attention_list(capsys):
   main.main(["attention", "list"])
   out = capsys.readouterr().out
-  assert out.startswith("auto") and "chunked" in out and "dot_product" in out and "xla" in out
+  assert out.startswith("additive") and "chunked" in out and "dot_product" in out and "xla" in out
+  assert ("supports: bias, causal, decode, gqa, mask, positions, segment_ids; options: hidden_size=64, "
+          "query_chunk_size=64, key_chunk_size=64; learns: query_weight [heads, head_dim, hidden_size]") in out
+
+
+def test_positional_list(capsys):
+  main.main(["positional", "list"])
+  out = capsys.readouterr().out
+  assert out.startswith("alibi") and "acts: bias" in out and "acts: rotary; options: base=10000.0" in out
+  assert "acts: bias; options: num_buckets=32, max_distance=128; learns: relative_embedding [num_buckets, heads]" in out
+
+
+def test_train_errors_are_one_line_unless_verbose(repo_root, tmp_path):
+  typo = tmp_path / "typo.py"
+  typo.write_text((repo_root / "configs" / "demo.py").read_text().replace(
+      "  config.train.steps = 600\n", "  config.train.steps = 600\n  config.train.stpes = 5\n"))
+  args = ["train", f"--config={typo}", f"--workdir={tmp_path / 'run'}"]
+  with pytest.raises(SystemExit) as stop:
+    main.main(args)
+  assert stop.value.code == (f"jformer train: error: config file '{typo}': unknown config key 'train.stpes'; "
+                             "did you mean 'train.steps'?")
+  with pytest.raises(KeyError, match="unknown config key 'train.stpes'"):
+    main.main(args + ["--verbose"])

@@ -1,5 +1,8 @@
 """Config loading: overrides with types, unknown keys with the nearest suggestion, invalid combinations."""
 
+import json
+import re
+
 import pytest
 
 from jformer import config as config_lib
@@ -35,11 +38,12 @@ def test_wrong_types_are_rejected(demo):
 
 @pytest.mark.parametrize("overrides, reason", [
     ({"model.num_heads": 3}, "d_model=256 is not divisible by num_heads=3"),
-    ({"model.positional": "fourier"}, "positional='fourier' is not one of"),
+    ({"model.positional": "fourier"}, r"unknown positional encoding 'fourier'; known: \['alibi', "),
+    ({"model.positional_options.num_buckets": 64}, r"'sinusoidal' has no option\(s\) \['num_buckets'\]"),
     ({"model.norm": "sandwich"}, "norm='sandwich'"),
     ({"model.remat": "some"}, r"remat='some' is not one of \('auto', 'none', 'full'\)"),
     ({"model.attention": "magic"},
-     r"unknown attention variant 'magic'; known variants: \['auto', 'chunked', 'dot_product'"),
+     r"unknown attention variant 'magic'; known: \['additive', 'auto', 'chunked'"),
     ({"model.attention": "xla", "model.attention_dropout_rate": 0.1}, r"'xla' does not support \['dropout'\]"),
     ({"model.attention_options.chunk_size": 64}, r"'auto' has no option\(s\) \['chunk_size'\]"),
     ({"model.architecture": "rnn"}, "model.architecture='rnn' is unknown"),
@@ -69,3 +73,33 @@ def test_config_argument_and_missing_file(tmp_path):
   assert config_lib.load(file).model.d_model == 64
   with pytest.raises(FileNotFoundError, match="does not exist"):
     config_lib.load(tmp_path / "nope.py")
+
+
+@pytest.mark.parametrize("positional, written, options", [
+    ("relative", {"relative_num_buckets": 64, "relative_max_distance": 128}, {"num_buckets": 64}),
+    ("sinusoidal", {"relative_num_buckets": 64, "relative_max_distance": 256}, {}),
+])
+def test_runs_written_before_positional_options_still_load(demo, tmp_path, positional, written, options):
+  """A run's config.json with model.relative_num_buckets / relative_max_distance (since moved into
+  model.positional_options): a 'relative' run keeps the values it changed from the defaults, other runs drop them."""
+  config = config_lib.load(demo, {"model.positional": positional})
+  resolved = json.loads(config.to_json_best_effort())
+  del resolved["model"]["positional_options"]
+  resolved["model"].update(written)
+  (tmp_path / "config.json").write_text(json.dumps(resolved))
+  assert dict(config_lib.load_run(tmp_path).model.positional_options) == options
+
+
+def test_a_config_file_that_sets_an_unknown_key_fails_at_load(demo, tmp_path):
+  typo = tmp_path / "typo.py"
+  typo.write_text(demo.read_text().replace("  config.train.steps = 600\n",
+                                           "  config.train.steps = 600\n  config.train.stpes = 5\n"))
+  with pytest.raises(KeyError, match=re.escape(f"config file '{typo}': unknown config key 'train.stpes'; "
+                                              "did you mean 'train.steps'?")):
+    config_lib.load(typo)
+  # Open groups take new keys (the chosen variant validates them).
+  opened = tmp_path / "opened.py"
+  opened.write_text(demo.read_text().replace("  config.train.steps = 600\n", "  config.train.steps = 600\n"
+                                             "  config.model.attention = 'chunked'\n"
+                                             "  config.model.attention_options.query_chunk_size = 16\n"))
+  assert config_lib.load(opened).model.attention_options.query_chunk_size == 16

@@ -111,7 +111,7 @@ def test_registry():
   assert {"parallel_text", "wmt*_translate/*"} <= set(sources.available_datasets())
   assert sources.get_dataset("parallel_text") is sources.load_parallel_text
   assert sources.get_dataset("wmt17_translate/de-en") is sources.load_tfds_translate
-  with pytest.raises(KeyError, match=r"unknown dataset 'wmt14'; known datasets: \[.*'parallel_text'"):
+  with pytest.raises(KeyError, match=r"unknown dataset 'wmt14'; known: \[.*'parallel_text'"):
     sources.get_dataset("wmt14")
   with pytest.raises(ValueError, match="registered twice"):
     sources.register_dataset("parallel_text")(lambda *a, **k: None)

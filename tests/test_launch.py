@@ -199,7 +199,8 @@ def test_local_sweep_runs_resumes_skips_and_reports(repo_root, tiny_corpus, tmp_
   assert [(r["point"], r["status"]) for r in rows] == [
       ("attention=dot_product", "done"), ("attention=xla", "done"), (failing, "failed")]
   for row, result in zip(rows, results):
-    for metric in ("step", "train_loss", "eval_loss", "eval_accuracy", "bleu", "tokens_per_second"):
+    for metric in ("step", "train_loss", "eval_loss", "eval_accuracy", "eval_perplexity", "bleu", "tokens_per_second",
+                   "step_temp_mib"):
       assert float(row[metric]) == pytest.approx(result[metric]), metric
   assert rows[2]["train_loss"] == "" and rows[2]["data.path"] == str(missing)
   assert table.split("\n\nwrote ")[0] in (root / "tiny" / "report.md").read_text()
@@ -292,6 +293,16 @@ def test_example_sweeps_expand(repo_root, monkeypatch):
   assert [p.overrides["model.attention"] for p in variants.points] == attention.available()
   assert variants.points[0].name == f"attention={attention.available()[0]}"
   assert all(p.steps == 100 for p in variants.points) and variants.fixed["train.bleu_examples"] == 100
+  # Each variant with the registry's runnable options; the sweep's own choice of a local window on top.
+  assert {p.name: p.overrides for p in variants.points}["attention=local,window_size=16"] == {
+      "model.attention": "local", "model.attention_options.window_size": 16}
+  assert all(p.overrides == {"model.attention": p.overrides["model.attention"]} for p in variants.points
+             if p.overrides["model.attention"] != "local")
+  similarity = sweep.load("configs/sweeps/similarity.py")
+  assert [p.name for p in similarity.points] == [f"attention={name}" for name in (
+      "dot_product", "dot_product_unscaled", "general", "additive", "cosine")]
+  assert similarity.base == "configs/demo.py" and all(p.steps == 300 for p in similarity.points)
+  assert similarity.common_args() == ["--config.train.steps=300", "--config.train.eval_every=100"]
   heads = sweep.load("configs/sweeps/heads_ablation.py")
   assert [p.name for p in heads.points] == [f"num_heads={h},d_model=512" for h in (1, 4, 8, 16, 32)]
   assert heads.base == "configs/transformer_base.py"

@@ -1,5 +1,6 @@
 """The Transformer's invariances: causality, padding, permutation, caching, packing; every config runs."""
 
+import inspect
 import pathlib
 
 import flax.linen as nn
@@ -8,8 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import positional_overrides
 from jformer import config as config_lib
-from jformer import models
+from jformer import models, positional
 from jformer.decode.translator import init_cache
 
 CONFIGS = sorted(p.name for p in (pathlib.Path(__file__).resolve().parents[1] / "configs").glob("*.py"))
@@ -48,9 +50,9 @@ def decode_step_by_step(model, params, encoded, inputs, targets, encoded_at_step
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
-@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary"])
-def test_decoder_is_causal(norm, positional):
-  model = tiny(**{"model.norm": norm, "model.positional": positional})
+@pytest.mark.parametrize("name", positional.available())
+def test_decoder_is_causal(norm, name):
+  model = tiny(**{"model.norm": norm, **positional_overrides(name)})
   x, y = tokens(0, (2, 6)), tokens(1, (2, 7))
   params = init(model, x, y)
   base = model.apply(params, x, y)
@@ -122,9 +124,9 @@ def test_encoder_with_positions_is_not_permutation_equivariant():
   assert np.abs(np.asarray(model.apply(params, x[:, perm], method=model.encode) - enc[:, perm])).max() > 1e-3
 
 
-@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rotary", "none"])
-def test_cached_decoding_equals_full_forward(positional):
-  model = tiny(**{"model.positional": positional, "model.norm": "pre"})
+@pytest.mark.parametrize("name", positional.available())
+def test_cached_decoding_equals_full_forward(name):
+  model = tiny(**{"model.norm": "pre", **positional_overrides(name)})
   x, y = tokens(0, (2, 6)).at[1, 4:].set(0), tokens(1, (2, 5))
   params = init(model, x, y)
   full = model.apply(params, x, y)
@@ -193,6 +195,22 @@ def test_language_model_is_causal():
   changed = model.apply(params, y.at[:, 3].set(y[:, 3] % 49 + 1))
   np.testing.assert_allclose(changed[:, :4], base[:, :4], atol=1e-5)
   assert np.abs(np.asarray(changed[:, 4:] - base[:, 4:])).max() > 1e-4
+
+
+@pytest.mark.parametrize("architecture, args, kwargs", [
+    ("transformer", ("inputs", "targets"), {
+        "inputs_positions": "inputs_position", "targets_positions": "targets_position",
+        "inputs_segmentation": "inputs_segmentation", "targets_segmentation": "targets_segmentation"}),
+    ("lm", ("targets",), {"positions": "targets_position", "segmentation": "targets_segmentation"}),
+])
+def test_model_maps_a_packed_batch_to_its_teacher_forced_call(architecture, args, kwargs):
+  model = tiny(**{"model.architecture": architecture})
+  batch = {key: key for key in ("inputs", "targets", "inputs_position", "targets_position", "inputs_segmentation",
+                                "targets_segmentation")}  # names stand in for the arrays.
+  assert model.call_arguments(batch) == (args, kwargs)
+  inspect.signature(type(model).__call__).bind(model, *args, **kwargs)  # the arguments exist.
+  assert model.call_arguments({"inputs": "inputs", "targets": "targets"}) == (args, {})
+  assert model.is_encoder_decoder == (architecture == "transformer")
 
 
 @pytest.mark.parametrize("config_file", CONFIGS)

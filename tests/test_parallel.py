@@ -13,8 +13,9 @@ import pytest
 from jformer import checkpoint
 from jformer import config as config_lib
 from jformer import models
-from jformer.parallel import make_runner, mesh
+from jformer.parallel import mesh
 from jformer.train import optim
+from jformer.train.runner import make_runner
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 LAYOUTS = {
@@ -64,6 +65,7 @@ def reference():
 def test_training_steps_match_one_device(layout, reference):
   runner = make(layout)
   state = runner.init_state(jax.random.PRNGKey(0))
+  assert runner.step_temp_bytes(state, batch(0)) > 0  # compiled ahead of the first step, without running it.
   for seed in range(2):
     state, metrics = runner.train_step(state, batch(seed))
   ref_metrics, ref_params = reference
@@ -111,7 +113,7 @@ def test_parameters_and_optimizer_state_are_really_sharded():
 
   single = make("one_device")
   single_state = single.init_state(jax.random.PRNGKey(0))
-  from jformer.parallel.runner import _bytes_per_device
+  from jformer.train.runner import _bytes_per_device
 
   for part in ("params", "opt_state"):
     ratio = _bytes_per_device(getattr(state, part)) / _bytes_per_device(getattr(single_state, part))
@@ -140,7 +142,7 @@ process_id, num_processes, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.a
 devices_per_process = 4 // num_processes
 os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices_per_process}"
 os.environ["JAX_PLATFORMS"] = "cpu"
-sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
+sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "tests")]  # this checkout's jformer, and test_parallel.
 from jformer import parallel
 if num_processes > 1:
   assert parallel.initialize_distributed(f"localhost:{port}", num_processes, process_id)
@@ -150,9 +152,10 @@ assert jax.device_count() == 4 and jax.process_count() == num_processes
 config = tp.tiny_config(**{"parallel.data": -1})
 from jformer import models
 from jformer.train import optim
+from jformer.train.runner import make_runner
 model = models.build(config)
 tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
-runner = parallel.make_runner(config, model, tx, schedule, {k: np.zeros((1, 16), np.int32) for k in ("inputs", "targets")})
+runner = make_runner(config, model, tx, schedule, {k: np.zeros((1, 16), np.int32) for k in ("inputs", "targets")})
 state = runner.init_state(jax.random.PRNGKey(0))
 losses = []
 for seed in range(3):

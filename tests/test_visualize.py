@@ -84,3 +84,38 @@ def test_visualize_attention_errors(tmp_path):
   language_model = models.build(config_lib.load(DEMO, {"model.architecture": "lm"}))
   with pytest.raises(ValueError, match="needs an encoder-decoder run"):
     visualize.attention_maps(None, language_model, None, None, "Open")
+
+
+def sown_maps(variant, **overrides):
+  """Encoder self-attention weights `[H, 7, 7]` sown by a one-layer model running `variant`, and its config."""
+  config = config_lib.load(DEMO, {"model.vocab_size": 50, "model.d_model": 32, "model.num_heads": 4, "model.d_ff": 64,
+                                  "model.num_encoder_layers": 1, "model.num_decoder_layers": 1,
+                                  "model.attention": variant, "model.positional": "none", **overrides})
+  model = models.build(config)
+  inputs, targets = jnp.array([[5, 6, 7, 8, 9, 10, 11]]), jnp.array([[11, 12, 13]])
+  variables = model.init(jax.random.PRNGKey(0), inputs, targets)
+  _, state = model.apply(variables, inputs, targets, mutable=["intermediates"])
+  return np.asarray(state["intermediates"]["encoder"]["layer_0"]["self_attention"]["attention_weights"][0][0])
+
+
+def test_local_maps_show_the_window_and_linear_maps_its_kernel_weights():
+  """The maps are what each variant applies: `local` gives zero weight outside |i - j| < window; `linear`
+  gives phi(q).phi(k) / sum, which is never softmax's (its ratios are not exponentials of score gaps)."""
+  windowed = sown_maps("local", **{"model.attention_options.window_size": 2})
+  outside = np.abs(np.arange(7)[:, None] - np.arange(7)[None, :]) >= 2
+  assert np.all(windowed[:, outside] == 0.0) and np.all(windowed[:, ~outside] > 0.0)
+  np.testing.assert_allclose(windowed.sum(-1), 1.0, atol=1e-5)
+  linear, softmax = sown_maps("linear"), sown_maps("dot_product")
+  np.testing.assert_allclose(linear.sum(-1), 1.0, atol=1e-5)
+  assert np.all(linear > 0.0) and np.abs(linear - softmax).max() > 1e-2
+
+
+def test_a_variant_without_weights_has_no_maps(scratch_registries):
+  from jformer.attention import registry
+
+  dense = registry.get("dot_product")
+  registry.register("opaque", supports=dense.supports - {"gqa"}, weights=None, reference=dense.reference)(
+      lambda query, key, value, **masking: dense.fn(query, key, value, **masking))
+  model = models.build(config_lib.load(DEMO, {"model.attention": "opaque"}))
+  with pytest.raises(ValueError, match="attention variant 'opaque' has no weights function"):
+    visualize.attention_maps(None, model, None, None, "Open")

@@ -1,16 +1,20 @@
 """Blockwise softmax attention with an online softmax and a custom VJP: memory linear in the length.
 
-Shared by the `chunked` variant (forward: `scan_forward`, pure JAX) and `flash_pallas` (forward: a Pallas
-kernel); both use the backward here. Not a variant itself.
+Shared by the `chunked` variant (forward: `scan_forward`, pure JAX), `flash_pallas` (forward: a Pallas
+kernel) and the learned similarity functions (`scored`: additive, general, cosine, ...); all use the backward
+here. Not a variant itself.
 
 Forward (Milakov & Gimelshein 2018; FlashAttention-2, Dao 2023), for query chunk i over key chunks j:
-    s_ij = q_i k_j^T / sqrt(d) + bias_ij       (invisible pairs: MASK_VALUE)
+    s_ij = score(q_i, k_j) + bias_ij           (invisible pairs: MASK_VALUE)
     m_i <- max(m_i, rowmax s_ij),   a = e^(m_i_old - m_i)
     l_i <- a l_i + rowsum e^(s_ij - m_i),   acc_i <- a acc_i + e^(s_ij - m_i) v_j
     out_i = acc_i / l_i,   lse_i = m_i + log l_i       (the logsumexp, kept for the backward)
 Backward, recomputing p_ij = e^(s_ij - lse_i) block by block, with Delta_i = rowsum(dout_i * out_i):
     dv_j += p_ij^T dout_i,   ds_ij = p_ij * (dout_i v_j^T - Delta_i),
-    dq_i += ds_ij k_j / sqrt(d),   dk_j += ds_ij^T q_i / sqrt(d),   dbias_ij = ds_ij (summed where broadcast).
+    (dq_i, dk_j, dparams) += vjp of score at (q_i, k_j) applied to ds_ij,   dbias_ij = ds_ij (summed where broadcast).
+The score is q k^T / sqrt(d) (paper eq. 1) unless a `score` function is given: then any differentiable
+`score(q [B, H, cq, E], k [B, H, ck, E], params) -> [B, H, cq, ck]` works, its parameters get their gradient
+here, and only one block of its intermediates (e.g. additive attention's `[B, H, cq, ck, hidden]`) is ever held.
 Blocks where no query sees any key (other segments, the causal future, padding, unfilled cache slots) are
 skipped in both passes, so causal attention does about half the work.
 
@@ -54,27 +58,37 @@ class Visibility(NamedTuple):
   kv_positions: jax.Array
 
 
-# forward(blocks, q_BxKxGxTxD, k_BxKxSxD, v_BxKxSxDv, visibility, mask, bias) -> (out_BxKxGxTxDv, lse_BxKxGxT)
+# forward(blocks, score, q_BxKxGxTxD, k_BxKxSxD, v_BxKxSxDv, params, visibility, mask, bias)
+#   -> (out_BxKxGxTxDv, lse_BxKxGxT)
 Forward = Callable[..., tuple]
+# score(q_BxHxQxE, k_BxHxCxE, params) -> logits_BxHxQxC float32; None = q k^T on the (pre-scaled) query.
+Score = Callable[..., jax.Array]
 
 
 def attention(query, key, value, *, causal, q_segment_ids, kv_segment_ids, q_positions, kv_positions, mask, bias,
-              query_chunk_size: int, key_chunk_size: int, forward: Forward | None = None) -> jax.Array:
-  """softmax(Q K^T / sqrt(d) + bias) V over the visible keys, chunk by chunk (arguments: the variant signature).
+              query_chunk_size: int, key_chunk_size: int, forward: Forward | None = None,
+              score: Score | None = None, params=None) -> jax.Array:
+  """softmax(score(Q, K) + bias) V over the visible keys, chunk by chunk (arguments: the variant signature).
 
   Args:
-    query: `[B, T, H, D]`; key `[B, S, K, D]`, value `[B, S, K, Dv]` with H % K == 0.
+    query: `[B, T, H, E]`; key `[B, S, K, E]`, value `[B, S, K, Dv]` with H % K == 0 (K == H with a `score`).
     mask, bias: broadcastable to `[B, H, T, S]`, or None.
     query_chunk_size, key_chunk_size: chunk sizes; T and S are padded up to multiples of them.
     forward: the forward pass (default `scan_forward`); the backward is always `_backward`.
+    score: `score(q [B, H, cq, E], k [B, H, ck, E], params) -> [B, H, cq, ck]` float32, a module-level
+      function (it is a static argument); None = Q K^T / sqrt(E) (paper eq. 1).
+    params: the pytree `score` reads (differentiated like query and key), or None.
 
   Returns:
     `[B, T, H, Dv]`.
   """
   batch, q_len, heads, head_dim = query.shape
   kv_len, kv_heads = key.shape[1:3]
-  if (q_segment_ids is None) != (kv_segment_ids is None):
-    raise ValueError("q_segment_ids and kv_segment_ids must be given together")
+  if score is not None and kv_heads != heads:
+    raise ValueError(f"a score function needs as many key/value heads as query heads, got {kv_heads} and {heads} "
+                     "(the registry repeats key/value heads for a variant that does not declare 'gqa')")
+  if score is None:  # scale once here; the blocks compute plain q k^T.
+    query = query * jnp.asarray(head_dim**-0.5, query.dtype)
   q_pad, kv_pad = -q_len % query_chunk_size, -kv_len % key_chunk_size
   visibility = Visibility(_pad_tokens(_segments(q_segment_ids, q_len), q_pad),
                           _pad_tokens(_segments(kv_segment_ids, kv_len), kv_pad),
@@ -85,19 +99,19 @@ def attention(query, key, value, *, causal, q_segment_ids, kv_segment_ids, q_pos
   k_BxKxSxD, v_BxKxSxD = (jnp.pad(x, ((0, 0), (0, kv_pad), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
                           for x in (key, value))
   pairwise = functools.partial(_pairwise, shape=(batch, heads, q_len, kv_len), pads=(q_pad, kv_pad))
-  out_BxKxGxTxD = _attend(Blocks(query_chunk_size, key_chunk_size, causal), forward or scan_forward, q_BxKxGxTxD,
-                          k_BxKxSxD, v_BxKxSxD, visibility, pairwise(mask, "mask"), pairwise(bias, "bias"))
+  out_BxKxGxTxD = _attend(Blocks(query_chunk_size, key_chunk_size, causal), forward or scan_forward, score,
+                          q_BxKxGxTxD, k_BxKxSxD, v_BxKxSxD, params, visibility, pairwise(mask, "mask"),
+                          pairwise(bias, "bias"))
   return out_BxKxGxTxD.transpose(0, 3, 1, 2, 4).reshape(batch, q_len + q_pad, heads, -1)[:, :q_len]
 
 
-def scan_forward(blocks: Blocks, q, k, v, visibility: Visibility, mask, bias):
+def scan_forward(blocks: Blocks, score: Score | None, q, k, v, params, visibility: Visibility, mask, bias):
   """The forward pass in pure JAX: `lax.map` over query chunks, `lax.scan` over key chunks.
 
   Returns (out `[B, K, G, T, Dv]` in the query dtype, lse `[B, K, G, T]` float32).
   """
-  batch, kv_heads, groups, q_len, head_dim = q.shape
+  batch, kv_heads, groups, q_len, _ = q.shape
   cq, ck = blocks.query_chunk, blocks.key_chunk
-  q = q * jnp.asarray(head_dim**-0.5, q.dtype)
 
   def query_chunk(i):
     q_blk = lax.dynamic_slice_in_dim(q, i * cq, cq, axis=3)
@@ -108,7 +122,7 @@ def scan_forward(blocks: Blocks, q, k, v, visibility: Visibility, mask, bias):
 
       def attend(carry):
         m, l, acc = carry
-        s = _logits(blocks, q_blk, k_blk, bias, visible, i, j)
+        s = _logits(blocks, _scores(score, q_blk, k_blk, params), bias, visible, i, j)
         m_new = jnp.maximum(m, s.max(-1))
         correction = jnp.exp(m - m_new)
         p = jnp.exp(s - m_new[..., None])
@@ -128,67 +142,78 @@ def scan_forward(blocks: Blocks, q, k, v, visibility: Visibility, mask, bias):
           jnp.moveaxis(lse, 0, 3).reshape(batch, kv_heads, groups, q_len))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
-def _attend(blocks, forward, q, k, v, visibility, mask, bias):
-  return forward(blocks, q, k, v, visibility, mask, bias)[0]
+def _scores(score: Score | None, q_blk, k_blk, params) -> jax.Array:
+  """`[B, K, G, cq, ck]` float32 logits of one block: q k^T, or `score` per head (G = 1 then)."""
+  if score is None:
+    return jnp.einsum("bkgqd,bkcd->bkgqc", q_blk, k_blk, preferred_element_type=jnp.float32)
+  return score(q_blk[:, :, 0], k_blk, params).astype(jnp.float32)[:, :, None]
 
 
-def _attend_forward(blocks, forward, q, k, v, visibility, mask, bias):
-  out, lse = forward(blocks, q, k, v, visibility, mask, bias)
-  return out, (q, k, v, visibility, mask, bias, out, lse)
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
+def _attend(blocks, forward, score, q, k, v, params, visibility, mask, bias):
+  return forward(blocks, score, q, k, v, params, visibility, mask, bias)[0]
 
 
-def _backward(blocks, forward, residuals, dout):
-  """Gradients wrt q, k, v (and bias) in one pass: `lax.scan` over key chunks, inner `lax.scan` over query chunks."""
+def _attend_forward(blocks, forward, score, q, k, v, params, visibility, mask, bias):
+  out, lse = forward(blocks, score, q, k, v, params, visibility, mask, bias)
+  return out, (q, k, v, params, visibility, mask, bias, out, lse)
+
+
+def _backward(blocks, forward, score, residuals, dout):
+  """Gradients wrt q, k, v, params (and bias) in one pass: `lax.scan` over key chunks, inner `lax.scan` over
+  query chunks."""
   del forward
-  q, k, v, visibility, mask, bias, out, lse = residuals
-  kv_heads, q_len, head_dim = q.shape[1], q.shape[3], q.shape[4]
+  q, k, v, params, visibility, mask, bias, out, lse = residuals
+  kv_heads, q_len = q.shape[1], q.shape[3]
   cq, ck = blocks.query_chunk, blocks.key_chunk
-  scale = head_dim**-0.5
-  q_scaled = q * jnp.asarray(scale, q.dtype)
+  f32_zeros = lambda tree: jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), tree)
   delta = jnp.einsum("bkgtd,bkgtd->bkgt", dout.astype(jnp.float32), out.astype(jnp.float32))
 
   def key_chunk(carry, j):
     k_blk, v_blk = (lax.dynamic_slice_in_dim(x, j * ck, ck, axis=2) for x in (k, v))
 
     def query_chunk(carry, i):
-      dq, dbias, dk_blk, dv_blk = carry
-      q_blk, do_blk = (lax.dynamic_slice_in_dim(x, i * cq, cq, axis=3) for x in (q_scaled, dout))
+      dq, dparams, dbias, dk_blk, dv_blk = carry
+      q_blk, do_blk = (lax.dynamic_slice_in_dim(x, i * cq, cq, axis=3) for x in (q, dout))
       lse_blk, delta_blk = (lax.dynamic_slice_in_dim(x, i * cq, cq, axis=3) for x in (lse, delta))
       visible = _visible(blocks, visibility, mask, i, j, kv_heads)
 
       def grads(_):
-        s = _logits(blocks, q_blk, k_blk, bias, visible, i, j)
-        p = jnp.exp(s - lse_blk[..., None])
+        scores, score_vjp = jax.vjp(functools.partial(_scores, score), q_blk, k_blk, params)
+        p = jnp.exp(_logits(blocks, scores, bias, visible, i, j) - lse_blk[..., None])
         dp = jnp.einsum("bkgqd,bkcd->bkgqc", do_blk, v_blk, preferred_element_type=jnp.float32)
         ds = p * (dp - delta_blk[..., None])
-        return (jnp.einsum("bkgqc,bkcd->bkgqd", ds, k_blk.astype(jnp.float32)) * scale,
-                jnp.einsum("bkgqc,bkgqd->bkcd", ds, q_blk.astype(jnp.float32)),
-                jnp.einsum("bkgqc,bkgqd->bkcd", p, do_blk.astype(jnp.float32)),
+        dq_i, dk_j, dparams_ij = score_vjp(ds)
+        return (dq_i.astype(jnp.float32), dk_j.astype(jnp.float32),
+                jnp.einsum("bkgqc,bkgqd->bkcd", p, do_blk.astype(jnp.float32)), f32_zeros(params) if
+                dparams_ij is None else jax.tree.map(lambda x: x.astype(jnp.float32), dparams_ij),
                 None if bias is None else _sum_to(ds.reshape(ds.shape[0], -1, cq, ck), dbias.shape, cq, ck))
 
       def skip(_):
         zeros = lambda shape: jnp.zeros(shape, jnp.float32)
-        return (zeros(q_blk.shape), zeros(dk_blk.shape), zeros(dv_blk.shape),
+        return (zeros(q_blk.shape), zeros(dk_blk.shape), zeros(dv_blk.shape), f32_zeros(params),
                 None if bias is None else zeros(_block_shape(dbias.shape, cq, ck)))
 
-      dq_i, dk_j, dv_j, dbias_ij = lax.cond(jnp.any(visible), grads, skip, None)
+      dq_i, dk_j, dv_j, dparams_ij, dbias_ij = lax.cond(jnp.any(visible), grads, skip, None)
+      dparams = jax.tree.map(jnp.add, dparams, dparams_ij)
       dq = lax.dynamic_update_slice_in_dim(dq, lax.dynamic_slice_in_dim(dq, i * cq, cq, axis=3) + dq_i, i * cq,
                                            axis=3)
       if bias is not None:
         starts = (0, 0, i * cq if dbias.shape[2] > 1 else 0, j * ck if dbias.shape[3] > 1 else 0)
         dbias = lax.dynamic_update_slice(dbias, lax.dynamic_slice(dbias, starts, dbias_ij.shape) + dbias_ij, starts)
-      return (dq, dbias, dk_blk + dk_j, dv_blk + dv_j), None
+      return (dq, dparams, dbias, dk_blk + dk_j, dv_blk + dv_j), None
 
-    dq, dbias = carry
-    init = (dq, dbias, jnp.zeros(k_blk.shape, jnp.float32), jnp.zeros(v_blk.shape, jnp.float32))
-    (dq, dbias, dk_blk, dv_blk), _ = lax.scan(query_chunk, init, jnp.arange(q_len // cq))
-    return (dq, dbias), (dk_blk, dv_blk)
+    dq, dparams, dbias = carry
+    init = (dq, dparams, dbias, jnp.zeros(k_blk.shape, jnp.float32), jnp.zeros(v_blk.shape, jnp.float32))
+    (dq, dparams, dbias, dk_blk, dv_blk), _ = lax.scan(query_chunk, init, jnp.arange(q_len // cq))
+    return (dq, dparams, dbias), (dk_blk, dv_blk)
 
-  init = (jnp.zeros(q.shape, jnp.float32), None if bias is None else jnp.zeros(bias.shape, jnp.float32))
-  (dq, dbias), (dk, dv) = lax.scan(key_chunk, init, jnp.arange(k.shape[2] // ck))
+  init = (jnp.zeros(q.shape, jnp.float32), f32_zeros(params),
+          None if bias is None else jnp.zeros(bias.shape, jnp.float32))
+  (dq, dparams, dbias), (dk, dv) = lax.scan(key_chunk, init, jnp.arange(k.shape[2] // ck))
   unchunk = lambda x: jnp.moveaxis(x, 0, 2).reshape(x.shape[1], x.shape[2], -1, x.shape[-1])
-  return (dq.astype(q.dtype), unchunk(dk).astype(k.dtype), unchunk(dv).astype(v.dtype), None, None,
+  dparams = jax.tree.map(lambda d, p: d.astype(p.dtype), dparams, params)
+  return (dq.astype(q.dtype), unchunk(dk).astype(k.dtype), unchunk(dv).astype(v.dtype), dparams, None, None,
           None if bias is None else dbias.astype(bias.dtype))
 
 
@@ -209,11 +234,10 @@ def _visible(blocks: Blocks, visibility: Visibility, mask, i, j, kv_heads: int) 
   return visible
 
 
-def _logits(blocks: Blocks, q_blk, k_blk, bias, visible, i, j) -> jax.Array:
-  """`[B, K, G, cq, ck]` float32: q k^T (q already scaled) + bias, MASK_VALUE where not visible."""
-  s = jnp.einsum("bkgqd,bkcd->bkgqc", q_blk, k_blk, preferred_element_type=jnp.float32)
+def _logits(blocks: Blocks, s, bias, visible, i, j) -> jax.Array:
+  """`[B, K, G, cq, ck]` float32: the scores `s` of block (i, j) + bias, MASK_VALUE where not visible."""
   if bias is not None:
-    s = s + _grouped(_pairwise_block(bias, i, j, blocks.query_chunk, blocks.key_chunk), k_blk.shape[1])
+    s = s + _grouped(_pairwise_block(bias, i, j, blocks.query_chunk, blocks.key_chunk), s.shape[1])
   return jnp.where(visible, s, MASK_VALUE)
 
 

@@ -6,7 +6,8 @@ from jformer.attention import blockwise
 from jformer.attention.registry import register
 
 
-@register("chunked", supports={"causal", "segment_ids", "positions", "mask", "bias", "decode", "gqa"})
+@register("chunked", supports={"causal", "segment_ids", "positions", "mask", "bias", "decode", "gqa"},
+          example_options=dict(query_chunk_size=4, key_chunk_size=3))
 def chunked(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
             kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, query_chunk_size=256,
             key_chunk_size=512):
@@ -27,9 +28,6 @@ def chunked(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_i
     `[B, T, H, Dv]`.
   """
   del dropout_rate, dropout_rng  # not declared: the registry refuses dropout before calling.
-  for name, size in (("query_chunk_size", query_chunk_size), ("key_chunk_size", key_chunk_size)):
-    if not isinstance(size, int) or size < 1:
-      raise ValueError(f"attention variant 'chunked' needs a positive int {name}, got {size!r}")
   return blockwise.attention(query, key, value, causal=causal, q_segment_ids=q_segment_ids,
                              kv_segment_ids=kv_segment_ids, q_positions=q_positions, kv_positions=kv_positions,
                              mask=mask, bias=bias, query_chunk_size=min(query_chunk_size, query.shape[1]),

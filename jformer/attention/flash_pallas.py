@@ -17,7 +17,8 @@ from jformer.ops import masks
 _MIN_COMPILED_BLOCK = 16
 
 
-@register("flash_pallas", supports={"causal", "segment_ids", "positions", "decode", "gqa"})
+@register("flash_pallas", supports={"causal", "segment_ids", "positions", "decode", "gqa"},
+          example_options=dict(block_q=4, block_k=4))
 def flash_pallas(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
                  kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, block_q=128,
                  block_k=128, interpret=None):
@@ -43,9 +44,6 @@ def flash_pallas(query, key, value, *, causal=False, q_segment_ids=None, kv_segm
   del mask, bias, dropout_rate, dropout_rng  # not declared: the registry refuses them before calling.
   if interpret is None:
     interpret = jax.default_backend() != "gpu"
-  for name, size in (("block_q", block_q), ("block_k", block_k)):
-    if not isinstance(size, int) or size < 1:
-      raise ValueError(f"attention variant 'flash_pallas' needs a positive int {name}, got {size!r}")
   if interpret:
     tile = min
   else:  # a tile no longer than needed, but a power of two >= 16
@@ -56,16 +54,16 @@ def flash_pallas(query, key, value, *, causal=False, q_segment_ids=None, kv_segm
                              key_chunk_size=tile(block_k, key.shape[1]), forward=_FORWARD[bool(interpret)])
 
 
-def _pallas_forward(blocks: blockwise.Blocks, q, k, v, visibility: blockwise.Visibility, mask, bias, *,
-                    interpret: bool):
-  """`blockwise.Forward` as a Pallas call: grid (batch, query head, query block)."""
-  del mask, bias
+def _pallas_forward(blocks: blockwise.Blocks, score, q, k, v, params, visibility: blockwise.Visibility, mask, bias,
+                    *, interpret: bool):
+  """`blockwise.Forward` as a Pallas call: grid (batch, query head, query block); q arrives scaled by 1/sqrt(d)."""
+  del score, params, mask, bias  # always None here: `flash_pallas` passes none of them.
   batch, kv_heads, groups, q_len, head_dim = q.shape
   kv_len, value_dim = k.shape[2], v.shape[-1]
   heads, cq = kv_heads * groups, blocks.query_chunk
   q_BxHxTxD = q.reshape(batch, heads, q_len, head_dim)
   tokens = [jnp.broadcast_to(x, (batch, x.shape[1])) for x in visibility]
-  kernel = functools.partial(_kernel, causal=blocks.causal, key_chunk=blocks.key_chunk, scale=head_dim**-0.5)
+  kernel = functools.partial(_kernel, causal=blocks.causal, key_chunk=blocks.key_chunk)
   query_block = lambda b, h, i: (b, h, i, 0)
   kv_block = lambda b, h, i: (b, h // groups, 0, 0)
   out, lse = pl.pallas_call(
@@ -89,9 +87,9 @@ def _pallas_forward(blocks: blockwise.Blocks, q, k, v, visibility: blockwise.Vis
 
 
 def _kernel(q_ref, k_ref, v_ref, q_segment_ref, kv_segment_ref, q_position_ref, kv_position_ref, out_ref, lse_ref,
-            *, causal: bool, key_chunk: int, scale: float):
+            *, causal: bool, key_chunk: int):
   """One (batch, head, query block): the online softmax over all key blocks (`blockwise` equations)."""
-  q = q_ref[...] * jnp.asarray(scale, q_ref.dtype)
+  q = q_ref[...]
   q_segments, q_positions = q_segment_ref[...], q_position_ref[...]
 
   def body(j, carry):

@@ -10,7 +10,23 @@ from jformer.attention.registry import register
 from jformer.ops import masks
 
 
-@register("linear", supports={"causal", "segment_ids", "positions", "decode"})
+def _phi(x):
+  """The feature map phi(x) = elu(x) + 1 > 0 (eq. 7), in float32."""
+  return jax.nn.elu(x.astype(jnp.float32)) + 1.0
+
+
+def linear_weights(query, key, *, chunk_size=None, bias=None, **masking):
+  """The weights linear attention applies to the values, `[B, H, T, S]`: phi(q_i).phi(k_j) over the visible j,
+  normalised to sum to 1 (eq. 6; 0 for a query that sees no key). The explicit quadratic formula."""
+  del chunk_size, bias  # not declared: linear attention takes no bias
+  visible = masks.attention_mask(query.shape[1], key.shape[1], **masking)
+  kernel_BxHxTxS = jnp.einsum("bthd,bshd->bhts", _phi(query), _phi(key)) * (True if visible is None else visible)
+  normaliser = kernel_BxHxTxS.sum(-1, keepdims=True)
+  return kernel_BxHxTxS / jnp.where(normaliser > 0, normaliser, 1.0)
+
+
+@register("linear", supports={"causal", "segment_ids", "positions", "decode"}, weights=linear_weights,
+          example_options=dict(chunk_size=4))
 def linear(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
            kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, chunk_size=128):
   """Linear attention: out_i = sum_j phi(q_i).phi(k_j) v_j / sum_j phi(q_i).phi(k_j) over visible j; not softmax.
@@ -35,10 +51,8 @@ def linear(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_id
     `[B, T, H, Dv]` in the query dtype.
   """
   del mask, bias, dropout_rate, dropout_rng  # not declared: the registry refuses them before calling.
-  if not isinstance(chunk_size, int) or chunk_size < 1:
-    raise ValueError(f"attention variant 'linear' needs a positive int chunk_size, got {chunk_size!r}")
   q_len, kv_len = query.shape[1], key.shape[1]
-  phi_q, phi_k = (jax.nn.elu(x.astype(jnp.float32)) + 1.0 for x in (query, key))
+  phi_q, phi_k = _phi(query), _phi(key)
   value = value.astype(jnp.float32)
   if causal and q_len == kv_len:
     num, den = _causal_chunks(phi_q, phi_k, value, min(chunk_size, q_len), q_segment_ids, kv_segment_ids,
@@ -62,8 +76,6 @@ def _masked(phi_q, phi_k, value, visible_BxTxS):
 def _causal_chunks(phi_q, phi_k, value, chunk: int, q_segment_ids, kv_segment_ids, q_positions, kv_positions):
   """Causal numerator and denominator by chunks, with the state of the open segment carried across chunks."""
   batch, length, heads, dim = phi_q.shape
-  if (q_segment_ids is None) != (kv_segment_ids is None):
-    raise ValueError("q_segment_ids and kv_segment_ids must be given together")
   pad = -length % chunk
   tokens = lambda x: jnp.broadcast_to(jnp.ones(length, jnp.int32) if x is None else x, (batch, length))
   positions = lambda x: jnp.broadcast_to(jnp.arange(length) if x is None else x, (batch, length))

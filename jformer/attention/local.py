@@ -4,14 +4,29 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jformer.attention.registry import register
+from jformer.attention.registry import register, softmax_weights
 from jformer.ops import masks
 from jformer.ops.attention import dot_product_attention
 
+# The default window: keys less than 256 positions away, so a sequence of at most 256 tokens is attended in full
+# and only longer ones are restricted; set `model.attention_options.window_size` for the length you train at.
+WINDOW_SIZE = 256
 
-@register("local", supports={"causal", "segment_ids", "positions", "decode", "gqa"})
+
+def local_weights(query, key, *, window_size: int = WINDOW_SIZE, causal=False, q_positions=None, kv_positions=None,
+                  **masking):
+  """Softmax attention weights `[B, H, T, S]` over the visible keys within the window: the explicit formula."""
+  q_positions = jnp.arange(query.shape[1]) if q_positions is None else q_positions
+  kv_positions = jnp.arange(key.shape[1]) if kv_positions is None else kv_positions
+  window = masks.sliding_window_mask(q_positions, kv_positions, window_size, causal=causal)
+  return softmax_weights(query, key, causal=causal, q_positions=q_positions, kv_positions=kv_positions,
+                         **dict(masking, mask=window if masking.get("mask") is None else window & masking["mask"]))
+
+
+@register("local", supports={"causal", "segment_ids", "positions", "decode", "gqa"}, weights=local_weights,
+          example_options=dict(window_size=3))
 def local(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
-          kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, window_size):
+          kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, window_size: int = WINDOW_SIZE):
   """Sliding-window attention: each query sees the keys less than `window_size` positions away (causal: before).
 
   softmax(Q K^T / sqrt(d_k)) V (paper eq. 1) with the visibility of the signature AND
@@ -28,15 +43,13 @@ def local(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids
   Args:
     query `[B, T, H, D]`, key `[B, S, K, D]`, value `[B, S, K, Dv]` (H % K == 0), the masking arguments of the
     variant signature (`jformer/attention/__init__.py`); no mask, bias or dropout.
-    window_size: the window (option, required), a positive int.
+    window_size: the window (option), a positive int; default WINDOW_SIZE = 256 (`example_options` uses 3, so
+      that the tests' short sequences exercise the band).
 
   Returns:
     `[B, T, H, Dv]`.
   """
   del mask, bias, dropout_rate, dropout_rng  # not declared: the registry refuses them before calling.
-  if not isinstance(window_size, int) or window_size < 1:
-    raise ValueError(f"attention variant 'local' needs a positive int window_size option, got {window_size!r}; "
-                     "set model.attention_options.window_size")
   batch, q_len = query.shape[:2]
   kv_len = key.shape[1]
   q_segment_ids, kv_segment_ids = _segments(q_segment_ids, kv_segment_ids, batch, q_len, kv_len)
@@ -71,8 +84,6 @@ def local(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids
 
 def _segments(q_segment_ids, kv_segment_ids, batch: int, q_len: int, kv_len: int):
   """`[B, T]`, `[B, S]` segment ids (ones when not given: one example per row)."""
-  if (q_segment_ids is None) != (kv_segment_ids is None):
-    raise ValueError("q_segment_ids and kv_segment_ids must be given together")
   if q_segment_ids is None:
     return jnp.ones((batch, q_len), jnp.int32), jnp.ones((batch, kv_len), jnp.int32)
   return (jnp.broadcast_to(q_segment_ids, (batch, q_len)).astype(jnp.int32),

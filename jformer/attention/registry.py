@@ -1,15 +1,19 @@
-"""The registry that maps a config string (`model.attention`) to an attention variant."""
+"""The registry that maps a config string (`model.attention`) to an attention variant, and everything every
+variant shares: the one signature, the feature checks, option checks, learned parameters, attention weights."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import inspect
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import jax
+import jax.numpy as jnp
 
-from jformer.ops.attention import repeat_kv
+from jformer.ops.attention import dot_product_weights, repeat_kv
+from jformer.ops.masks import attention_mask
+from jformer.registry import Param, Registry, check_options, first_line, option_type
 
 # Features a variant may support; the model asks for them and `check` refuses what is missing.
 #   causal       key j visible to query i only if position(j) <= position(i)
@@ -19,12 +23,28 @@ from jformer.ops.attention import repeat_kv
 #   bias         an additive logits bias broadcastable to [B, H, T, S] (ALiBi, relative positions), differentiable
 #   dropout      dropout on the attention weights
 #   decode       a decode step: T=1 query against a key/value cache of S slots
-#   gqa          key/value with K heads, H % K == 0 (grouped-query / multi-query attention)
+#   gqa          key/value with K heads, H % K == 0 (grouped-query / multi-query attention), taken as they are;
+#                every variant accepts K < H: for one that does not declare it the registry repeats the heads
 FEATURES = ("causal", "segment_ids", "positions", "mask", "bias", "dropout", "decode", "gqa")
 
 # The keyword arguments of the one variant signature (see `jformer/attention/__init__.py`), with their defaults.
-SIGNATURE = dict(causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None, kv_positions=None,
-                 mask=None, bias=None, dropout_rate=0.0, dropout_rng=None)
+MASKING = dict(causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None, kv_positions=None,
+               mask=None, bias=None)
+SIGNATURE = dict(MASKING, dropout_rate=0.0, dropout_rng=None)
+
+# The model dimensions a parameter shape may name (besides the variant's options).
+MODEL_DIMS = ("heads", "kv_heads", "head_dim", "d_model")
+
+
+def softmax_weights(query, key, **masking) -> jax.Array:
+  """softmax(Q K^T / sqrt(d_k) + bias) over the visible keys (paper eq. 1): `[B, H, T, S]` float32.
+
+  The attention weights of every softmax variant (dot_product, chunked, xla, flash_pallas, auto): the default
+  `weights=` of `register`. `masking`: the masking arguments of the signature; options are ignored.
+  """
+  visible = attention_mask(query.shape[1], key.shape[1], **{k: masking.get(k, v) for k, v in MASKING.items()
+                                                              if k != "bias"})
+  return dot_product_weights(query, key, mask=visible, bias=masking.get("bias"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,30 +53,55 @@ class AttentionVariant:
 
   Attributes:
     name: the config string.
-    fn: the function to call (signature in `jformer/attention/__init__.py`): the variant's own function behind
-      shape checks, a refusal of features it does not support, and the repetition of key/value heads when the
-      variant does not take fewer key/value heads than query heads itself.
-    supports: subset of FEATURES. Always holds "gqa": the registry repeats key/value heads where needed.
-    options: names of the keyword options it accepts (from `model.attention_options`).
-    required_options: the options without a default, which the config must set.
-    native_gqa: whether the variant itself takes key/value with fewer heads (it declared "gqa"); if not,
-      `fn` repeats the key/value heads before calling it.
+    fn: the function to call, `fn(query, key, value, **signature, [params=...], **options)`: the variant's own
+      function behind shape, feature, option and parameter checks, and the repetition of key/value heads for a
+      variant that does not declare "gqa".
+    supports: subset of FEATURES; always holds "gqa".
+    options: {option name: default} of its keyword options (`model.attention_options`); `inspect.Parameter.empty`
+      for a required one.
+    option_types: {option name: int, float or None}: an int option takes a positive int (sizes, windows,
+      chunks), a float option a number; from the default, or the annotation of a required option.
+    params: {name: Param}: the learned parameters it reads (`params=` argument); MultiHeadAttention creates them.
+    weights: `weights(query, key, **masking, [params=...], **options) -> [B, H, T, S]`, the attention weights it
+      applies to the values (attention maps, and the reference below), or None if it has none.
+    reference: `reference(query, key, value, **signature, [params=...], **options)`, the explicit formula the
+      test matrix checks `fn` against: by default the weights times the values.
+    example_options: options that make it run at test sizes (the tests use them all; sweeps and benchmarks take
+      only the values of required options from them, `runnable_options`).
     doc: one line for `jformer attention list`.
-    reference: for a variant that is not softmax attention, its explicit formula (same signature), against
-      which the test matrix checks it; None = the softmax reference (`dot_product`).
   """
   name: str
   fn: Callable
   supports: frozenset
-  options: tuple = ()
-  required_options: tuple = ()
-  native_gqa: bool = False
-  doc: str = ""
-  reference: Callable | None = None
+  options: Mapping[str, Any]
+  option_types: Mapping[str, type | None]
+  params: Mapping[str, Param]
+  weights: Callable | None
+  reference: Callable
+  example_options: Mapping[str, Any]
+  doc: str
 
-  def check(self, *, needs: set[str] = frozenset(), options: dict | None = None) -> None:
-    """Raises ValueError if this variant lacks a needed feature, or (when `options` is given) does not know an
-    option or misses a required one."""
+  @property
+  def required_options(self) -> tuple[str, ...]:
+    return tuple(sorted(n for n, default in self.options.items() if default is inspect.Parameter.empty))
+
+  def runnable_options(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The options to run this variant with where nobody chose them (sweeps over variants, benchmarks).
+
+    The rule: its defaults (not returned: they apply by themselves), plus, for each required option, its
+    `example_options` value, under `overrides` (the user's choice). So a variant with a required option runs in
+    every sweep and benchmark with no table of per-variant options to edit. Checked like a config's options:
+    an unknown override raises ValueError naming it.
+    """
+    options = {**{n: self.example_options[n] for n in self.required_options}, **(overrides or {})}
+    _check_options(self.name, self.options, self.option_types, options)
+    return options
+
+  def check(self, *, needs: set[str] = frozenset(), options: Mapping[str, Any] | None = None,
+            dims: Mapping[str, int] | None = None) -> None:
+    """Raises ValueError if this variant lacks a needed feature; when `options` is given, if it does not know an
+    option, misses a required one or gets a value of the wrong type; when `dims` (model dimensions) is given too,
+    if a parameter shape cannot be built from them."""
     missing = sorted(set(needs) - self.supports)
     if missing:
       raise ValueError(f"attention variant '{self.name}' does not support {missing}; it supports "
@@ -64,45 +109,81 @@ class AttentionVariant:
                        "feature off (e.g. model.attention_dropout_rate=0).")
     if options is None:
       return
-    unknown = sorted(set(options) - set(self.options))
-    if unknown:
-      raise ValueError(f"attention variant '{self.name}' has no option(s) {unknown}; its options are "
-                       f"{sorted(self.options) or 'none'}")
-    absent = sorted(set(self.required_options) - set(options))
-    if absent:
-      raise ValueError(f"attention variant '{self.name}' needs option(s) {absent}; set e.g. "
-                       f"--config.model.attention_options.{absent[0]}=...")
+    _check_options(self.name, self.options, self.option_types, options)
+    if dims is not None:
+      self.param_shapes(dims, options)
+
+  def param_dims(self, dims: Mapping[str, int], options: Mapping[str, Any]) -> dict[str, Any]:
+    """The names a parameter shape may use: model `dims` (MODEL_DIMS), the options given, their defaults."""
+    return {**{n: d for n, d in self.options.items() if d is not inspect.Parameter.empty}, **options, **dims}
+
+  def param_shapes(self, dims: Mapping[str, int], options: Mapping[str, Any]) -> dict[str, tuple]:
+    """{name: shape} of the learned parameters for model `dims` (MODEL_DIMS) and `options`."""
+    sizes = self.param_dims(dims, options)
+    try:
+      return {name: spec.resolve(sizes) for name, spec in self.params.items()}
+    except ValueError as e:
+      raise ValueError(f"attention variant '{self.name}': {e}") from None
 
 
-_REGISTRY: dict[str, AttentionVariant] = {}
+_REGISTRY: Registry[AttentionVariant] = Registry("attention variant")
 
 
-def register(name: str, *, supports, doc: str = "", reference: Callable | None = None):
+def register(name: str, *, supports, params: Mapping[str, Param] | None = None,
+             weights: Callable | None = softmax_weights, reference: Callable | None = None,
+             example_options: Mapping[str, Any] | None = None, doc: str = ""):
   """Decorator: `@register("my_variant", supports={"causal", "segment_ids"})` above the function.
 
-  The function takes the full signature; its extra keyword-only parameters are its options (from
-  `model.attention_options`), required when they have no default. It only sees the features it declares:
-  a call asking for another one is refused here, with the feature named. `reference`: the explicit formula
-  of a variant that is not softmax attention, for the tests.
+  The function takes the full signature, by name or as `**masking` (and `params` when it declares parameters);
+  its extra keyword-only
+  parameters are its options (from `model.attention_options`), required when they have no default; an int
+  option takes a positive int, a float option a number. It only sees the features it declares: a call asking
+  for another one is refused, with the feature named.
+
+  Args:
+    supports: the FEATURES it supports.
+    params: {name: `jformer.registry.Param`}: learned parameters, created by MultiHeadAttention and passed as
+      `params={name: array}`; shapes may name MODEL_DIMS and the variant's options.
+    weights: its attention weights as a function (default: softmax attention's; a variant that is not softmax
+      attention passes its own, or None if it has none, and then a `reference`).
+    reference: its explicit formula; default the weights times the values.
+    example_options: options that make it run at test sizes; needed when it has required options (sweeps and
+      benchmarks run it with these values of them, `AttentionVariant.runnable_options`).
   """
   unknown = set(supports) - set(FEATURES)
   if unknown:
     raise ValueError(f"unknown features {sorted(unknown)} for '{name}'; features are {FEATURES}")
+  params = dict(params or {})
+  if weights is None and reference is None:
+    raise ValueError(f"attention variant '{name}' has no weights function: give it a reference= formula to be "
+                     "checked against")
 
   def wrap(fn):
-    if name in _REGISTRY:
-      raise ValueError(f"attention variant '{name}' is registered twice")
     parameters = inspect.signature(fn).parameters
-    lacking = sorted(set(SIGNATURE) - set(parameters))
+    takes_rest = any(p.kind == p.VAR_KEYWORD for p in parameters.values())  # `**masking` takes the signature
+    lacking = [] if takes_rest else sorted(set(SIGNATURE) - set(parameters))
     if lacking:
       raise ValueError(f"attention variant '{name}' must accept the keyword arguments {lacking} (the one "
                        "signature, see jformer/attention/__init__.py)")
-    options = [p for p in parameters.values() if p.kind == p.KEYWORD_ONLY and p.name not in SIGNATURE]
-    _REGISTRY[name] = AttentionVariant(
-        name, _guarded(name, fn, frozenset(supports)), frozenset(supports) | {"gqa"},
-        options=tuple(p.name for p in options),
-        required_options=tuple(p.name for p in options if p.default is inspect.Parameter.empty),
-        native_gqa="gqa" in supports, doc=doc or (fn.__doc__ or "").strip().splitlines()[0], reference=reference)
+    if bool(params) != ("params" in parameters):
+      raise ValueError(f"attention variant '{name}': a function declaring params= must take a `params` keyword "
+                       "argument, and only then")
+    option_parameters = [p for p in parameters.values()
+                         if p.kind == p.KEYWORD_ONLY and p.name not in SIGNATURE and p.name != "params"]
+    options = {p.name: p.default for p in option_parameters}
+    types = {p.name: option_type(p) for p in option_parameters}
+    declared = frozenset(supports)
+    guard = functools.partial(_guarded, name, declared, params, options, types)
+    examples = dict(example_options or {})
+    try:
+      _check_options(name, options, types, examples)
+    except ValueError as e:
+      raise ValueError(f"{e} (in example_options= of the registration)") from None
+    _REGISTRY.add(name, AttentionVariant(
+        name=name, fn=guard(fn), supports=declared | {"gqa"}, options=options, option_types=types, params=params,
+        weights=None if weights is None else guard(_without_dropout(weights), repeat=False),
+        reference=guard(reference or _weighted_values(weights), repeat=False), example_options=examples,
+        doc=doc or first_line(fn.__doc__)))
     return fn
 
   return wrap
@@ -110,15 +191,12 @@ def register(name: str, *, supports, doc: str = "", reference: Callable | None =
 
 def get(name: str) -> AttentionVariant:
   """The variant registered as `name`; an unknown name raises a KeyError listing the known ones."""
-  try:
-    return _REGISTRY[name]
-  except KeyError:
-    raise KeyError(f"unknown attention variant '{name}'; known variants: {available()}") from None
+  return _REGISTRY.get(name)
 
 
 def available() -> list[str]:
   """Sorted names of the registered variants."""
-  return sorted(_REGISTRY)
+  return _REGISTRY.available()
 
 
 def requested_features(*, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
@@ -139,31 +217,68 @@ def requested_features(*, causal=False, q_segment_ids=None, kv_segment_ids=None,
   return used
 
 
-def check_shapes(name: str, query: jax.Array, key: jax.Array, value: jax.Array) -> None:
+def check_shapes(name: str, query: jax.Array, key: jax.Array, value: jax.Array | None) -> None:
   """Raises ValueError unless query `[B, T, H, D]`, key `[B, S, K, D]`, value `[B, S, K, Dv]` with H % K == 0."""
-  if query.ndim != 4 or key.ndim != 4 or value.ndim != 4:
+  value_shape = key.shape if value is None else value.shape
+  if query.ndim != 4 or key.ndim != 4 or len(value_shape) != 4:
     raise ValueError(f"attention variant '{name}' expects [batch, length, heads, head_dim] arrays; got query "
-                     f"{query.shape}, key {key.shape}, value {value.shape}")
-  if (query.shape[0] != key.shape[0] or query.shape[-1] != key.shape[-1] or key.shape[:3] != value.shape[:3]
+                     f"{query.shape}, key {key.shape}, value {value_shape}")
+  if (query.shape[0] != key.shape[0] or query.shape[-1] != key.shape[-1] or key.shape[:3] != value_shape[:3]
       or query.shape[2] % key.shape[2]):
-    raise ValueError(f"attention variant '{name}': query {query.shape}, key {key.shape} and value {value.shape} "
+    raise ValueError(f"attention variant '{name}': query {query.shape}, key {key.shape} and value {value_shape} "
                      "do not match: query and key need the same batch and head_dim, key and value the same "
                      "[batch, length, heads], and the query heads must be a multiple of the key/value heads")
 
 
-def _guarded(name: str, fn: Callable, declared: frozenset) -> Callable:
-  """`fn` behind shape checks, the refusal of undeclared features, and key/value head repetition."""
+def _guarded(name: str, declared: frozenset, params: Mapping[str, Param], options: Mapping[str, Any],
+             option_types: Mapping[str, type | None], fn: Callable, *, repeat: bool = True) -> Callable:
+  """`fn(query, key, [value,] **kwargs)` behind the checks every variant shares: shapes, segment ids given in
+  pairs, the refusal of undeclared features, option types, the declared parameters; key/value heads repeated
+  for a variant that does not declare "gqa" (`repeat`; weights/reference functions always get H heads)."""
 
   @functools.wraps(fn)
-  def call(query, key, value, **kwargs):
-    check_shapes(name, query, key, value)
+  def call(query, key, *value, **kwargs):
+    check_shapes(name, query, key, value[0] if value else None)
     arguments = {k: kwargs.pop(k) for k in SIGNATURE if k in kwargs}
+    if (arguments.get("q_segment_ids") is None) != (arguments.get("kv_segment_ids") is None):
+      raise ValueError(f"attention variant '{name}': q_segment_ids and kv_segment_ids must be given together")
     refused = sorted(requested_features(**arguments) - declared)
     if refused:
       raise ValueError(f"attention variant '{name}' does not support {refused}, which this call asks for; it "
                        f"supports {sorted(declared | {'gqa'})}. Pick another variant (known: {available()}).")
-    if "gqa" not in declared:
-      key, value = repeat_kv(key, query.shape[2]), repeat_kv(value, query.shape[2])
-    return fn(query, key, value, **arguments, **kwargs)
+    given = kwargs.get("params")
+    if params and (given is None or set(given) != set(params)):
+      raise ValueError(f"attention variant '{name}' needs params={{{', '.join(sorted(params))}}} (its declared "
+                       f"parameters), got {None if given is None else sorted(given)}")
+    _check_options(name, options, option_types, {k: v for k, v in kwargs.items() if k != "params"})
+    if "gqa" not in declared or not repeat:
+      key, *value = (repeat_kv(x, query.shape[2]) for x in (key, *value))
+    return fn(query, key, *value, **arguments, **kwargs)
 
   return call
+
+
+def _without_dropout(weights: Callable) -> Callable:
+  """A weights function called with the whole signature: dropout arguments dropped (weights are before dropout)."""
+
+  @functools.wraps(weights)
+  def call(query, key, *, dropout_rate=0.0, dropout_rng=None, **kwargs):
+    del dropout_rate, dropout_rng
+    return weights(query, key, **kwargs)
+
+  return call
+
+
+def _weighted_values(weights: Callable) -> Callable:
+  """The reference formula out = weights(Q, K) V, `[B, T, H, Dv]`, value with as many heads as the query."""
+
+  def reference(query, key, value, *, dropout_rate=0.0, dropout_rng=None, **kwargs):
+    del dropout_rate, dropout_rng
+    return jnp.einsum("bhts,bshd->bthd", weights(query, key, **kwargs), value.astype(jnp.float32)).astype(query.dtype)
+
+  return reference
+
+
+def _check_options(name: str, options: Mapping[str, Any], option_types: Mapping[str, type | None],
+                   given: Mapping[str, Any]) -> None:
+  check_options(f"attention variant '{name}'", "model.attention_options", options, option_types, given)

@@ -1,4 +1,4 @@
-"""`xla`: `jax.nn.dot_product_attention` (cuDNN flash attention on GPU, XLA elsewhere)."""
+"""`xla`: `jax.nn.dot_product_attention` with its default implementation (XLA; cuDNN is not requested)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from jformer.ops.masks import attention_mask
 @register("xla", supports={"causal", "segment_ids", "positions", "mask", "bias", "decode", "gqa"})
 def xla(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
         kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None):
-  """jax.nn.dot_product_attention: cuDNN flash attention on GPU, fused XLA elsewhere; no dropout."""
+  """jax.nn.dot_product_attention, XLA's implementation (cuDNN is not requested); no dropout."""
   del dropout_rate, dropout_rng  # not declared: the registry refuses dropout before calling.
   plain_causal = causal and q_positions is None and kv_positions is None and query.shape[1] == key.shape[1]
   full_mask = attention_mask(query.shape[1], key.shape[1], causal=causal and not plain_causal,

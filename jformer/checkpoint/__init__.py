@@ -5,9 +5,13 @@
   `max_to_keep`; restore into a template's structure, dtypes and shardings; `restore_params` reads only params.
 - `average_params(directory, last)`: the mean of the params of the last checkpoints (paper Sec. 6.1: 5 for
   base, 20 for big models); `save_params`/`load_params`: a params-only checkpoint for decoding.
+- `load_run_params(workdir, which)`: the parameters a decoder uses from a run's workdir (averaged, latest or a
+  step); `checkpoints_dir` / `averaged_dir`: where the run keeps them.
 """
 
 from jformer.checkpoint.averaging import average_params, load_params, save_params
 from jformer.checkpoint.manager import Checkpointer, abstract_state
+from jformer.checkpoint.workdir import averaged_dir, checkpoints_dir, load_run_params
 
-__all__ = ["Checkpointer", "abstract_state", "average_params", "load_params", "save_params"]
+__all__ = ["Checkpointer", "abstract_state", "average_params", "averaged_dir", "checkpoints_dir", "load_params",
+           "load_run_params", "save_params"]

@@ -23,7 +23,8 @@ import numpy as np
 from absl import logging
 
 from jformer.data import sources
-from jformer.data.tokenizer import EOS_ID, Tokenizer
+from jformer.data.tokenizer import Tokenizer
+from jformer.ops.tokens import EOS_ID
 
 FEATURES = ("inputs", "targets")
 BATCH_KEYS = tuple(f"{f}{suffix}" for f in FEATURES for suffix in ("", "_segmentation", "_position"))

@@ -15,7 +15,6 @@ Registered here:
 
 from __future__ import annotations
 
-import fnmatch
 import importlib
 import os
 from typing import Any, Callable, Iterator, Sequence
@@ -23,13 +22,14 @@ from typing import Any, Callable, Iterator, Sequence
 import tensorflow_datasets as tfds
 
 from jformer.data import parallel_text
+from jformer.registry import Registry
 
 SPLITS = ("train", "valid", "test")
 _TFDS_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
 _READ_CHUNK = 4096  # Records per batched read; ArrayRecord reads one by one are ~100x slower.
 
 Loader = Callable[..., "TextPairSource"]
-_REGISTRY: dict[str, Loader] = {}
+_REGISTRY: Registry[Loader] = Registry("dataset", patterns=True)
 
 
 class TextPairSource:
@@ -77,29 +77,18 @@ def register_dataset(name: str) -> Callable[[Loader], Loader]:
 
   `name` may be a glob pattern ("wmt*_translate/*"); the loader then gets the full name it was asked for.
   """
-
-  def wrap(loader: Loader) -> Loader:
-    if name in _REGISTRY:
-      raise ValueError(f"dataset '{name}' is registered twice")
-    _REGISTRY[name] = loader
-    return loader
-
-  return wrap
+  return lambda loader: _REGISTRY.add(name, loader)
 
 
 def get_dataset(name: str) -> Loader:
-  """The loader registered for `name` (exact names first, then patterns); unknown names raise a KeyError."""
-  if name in _REGISTRY:
-    return _REGISTRY[name]
-  for pattern, loader in _REGISTRY.items():
-    if fnmatch.fnmatchcase(name, pattern):
-      return loader
-  raise KeyError(f"unknown dataset '{name}'; known datasets: {available_datasets()}")
+  """The loader registered for `name` (exact names first, then patterns); unknown names raise a KeyError that lists
+  the known ones."""
+  return _REGISTRY.get(name)
 
 
 def available_datasets() -> list[str]:
   """Sorted registered names and patterns."""
-  return sorted(_REGISTRY)
+  return _REGISTRY.available()
 
 
 def load_split(dataset: str, split: str, *, path: str = "", data_dir: str | None = None, source_lang: str = "en",

@@ -1,7 +1,7 @@
 """A SentencePiece vocabulary shared by the source and the target language (paper Sec. 5.1).
 
-Token ids: pad = 0, eos = 1, unk = 2, no bos. `encode` appends EOS, `decode` stops at the first EOS.
-The trained model is cached at a path and reused when it exists, so a resumed run keeps its vocabulary.
+Token ids (`jformer.ops.tokens`): pad = 0, eos = 1, unk = 2, no bos. `encode` appends EOS, `decode` stops at the
+first EOS. The trained model is cached at a path and reused when it exists, so a resumed run keeps its vocabulary.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ import numpy as np
 import sentencepiece as spm
 from absl import logging
 
-PAD_ID = 0
-EOS_ID = 1
-UNK_ID = 2
+from jformer.ops.tokens import EOS_ID, PAD_ID, UNK_ID
 
 
 class Tokenizer:

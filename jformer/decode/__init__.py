@@ -2,7 +2,8 @@
 
 Every decoder drives a model step `tokens_to_logits(ids [N, 1], cache) -> (logits [N, vocab], new_cache)` inside a
 `jax.lax.while_loop` (see `jformer.decode.common` for the convention), so all of them are jit-able with static
-`batch_size`, `beam_size` and `max_decode_len`. Ids: pad = BOS = 0, EOS = 1; outputs omit BOS and hold 0 after EOS.
+`batch_size`, `beam_size` and `max_decode_len`. Ids (`jformer.ops.tokens`): pad = BOS = 0, EOS = 1; outputs omit BOS
+and hold 0 after EOS.
 
   beam_search(tokens_to_logits, cache, *, batch_size, beam_size=4, alpha=0.6, max_decode_len, eos_id=1,
               max_lengths=None) -> (sequences [B, beam, L], scores [B, beam])
@@ -13,9 +14,10 @@ Every decoder drives a model step `tokens_to_logits(ids [N, 1], cache) -> (logit
 """
 
 from jformer.decode.beam_search import beam_search, length_penalty
-from jformer.decode.common import BOS_ID, EOS_ID, NEG_INF, PAD_ID, flat_batch_beam_expand
+from jformer.decode.common import NEG_INF, flat_batch_beam_expand
 from jformer.decode.greedy import greedy_search
 from jformer.decode.sampling import filter_logits, sample
+from jformer.ops.tokens import BOS_ID, EOS_ID, PAD_ID
 
 __all__ = [
     "BOS_ID",

@@ -16,8 +16,9 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jformer.decode.common import (BOS_ID, EOS_ID, NEG_INF, PyTree, TokensToLogits, expand_cache,
-                                   gather_cache_rows, model_step, row_limits)
+from jformer.decode.common import (NEG_INF, PyTree, TokensToLogits, expand_cache, gather_cache_rows, model_step,
+                                   row_limits)
+from jformer.ops.tokens import BOS_ID, EOS_ID
 
 
 def length_penalty(length: jax.Array | int, alpha: float) -> jax.Array:

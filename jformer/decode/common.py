@@ -14,14 +14,13 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from jformer.ops.tokens import BOS_ID, EOS_ID, PAD_ID
+
 PyTree = Any
 TokensToLogits = Callable[[jax.Array, PyTree], tuple[jax.Array, PyTree]]
 # pick(logits float32 [N, vocab], step int32 scalar) -> next token ids [N].
 TokenPicker = Callable[[jax.Array, jax.Array], jax.Array]
 
-PAD_ID = 0
-BOS_ID = 0
-EOS_ID = 1
 # "Effectively minus infinity": finite, so sums and differences of masked scores stay finite.
 NEG_INF = -1.0e7
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jformer.decode.common import EOS_ID, PyTree, TokensToLogits, decode_loop
+from jformer.decode.common import PyTree, TokensToLogits, decode_loop
+from jformer.ops.tokens import EOS_ID
 
 
 def argmax_picker(logits: jax.Array, step: jax.Array) -> jax.Array:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jformer.decode.common import EOS_ID, NEG_INF, PyTree, TokensToLogits, decode_loop
+from jformer.decode.common import NEG_INF, PyTree, TokensToLogits, decode_loop
 from jformer.decode.greedy import greedy_search
+from jformer.ops.tokens import EOS_ID
 
 
 def filter_logits(logits: jax.Array, *, top_k: int = 0, top_p: float = 1.0) -> jax.Array:

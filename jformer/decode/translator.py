@@ -1,7 +1,8 @@
 """Translating text with a trained Transformer: tokenize, batch by length, decode with the KV cache, detokenize.
 
 Decoding follows the paper (Sec. 6.1): beam 4, length penalty alpha 0.6, maximum output length = source
-length + 50 with early stopping. Greedy search and sampling are available through `method`.
+length + 50 with early stopping. Greedy search and sampling are available through `method`; `make_translator` builds
+a `Translator` with a run's `config.decode`.
 """
 
 from __future__ import annotations
@@ -15,15 +16,17 @@ import numpy as np
 from flax import traverse_util
 
 from jformer.decode.beam_search import beam_search
-from jformer.decode.common import PAD_ID, flat_batch_beam_expand
+from jformer.decode.common import flat_batch_beam_expand
 from jformer.decode.greedy import greedy_search
 from jformer.decode.sampling import sample
+from jformer.models.layers import CROSS_KEY, CROSS_VALUE
+from jformer.ops.tokens import PAD_ID
 
 METHODS = ("beam", "greedy", "sample")
 
 
 # Cache entries that do not change while decoding (the encoder-decoder keys/values, `MultiHeadAttention`).
-FIXED_CACHE_ENTRIES = ("cross_key", "cross_value")
+FIXED_CACHE_ENTRIES = (CROSS_KEY, CROSS_VALUE)
 
 
 def split_cache(cache) -> tuple[dict, dict]:
@@ -129,3 +132,13 @@ class Translator:
       return []
     ids = self.tokenizer.encode(sentence)
     return ids if len(ids) <= self.max_length else ids[:self.max_length - 1] + ids[-1:]
+
+
+def make_translator(config, model, params, tokenizer) -> Translator:
+  """A `Translator` with a run's decoding options (`config.decode`: method, beam, alpha, sampling, batch size)."""
+  d = config.decode
+  options = dict(method=d.method, beam_size=d.beam_size, alpha=d.alpha)
+  if d.method == "sample":
+    options.update(temperature=d.temperature, top_k=d.top_k, top_p=d.top_p)
+  return Translator(model, params, tokenizer, batch_size=d.batch_size, max_extra_length=d.max_extra_length,
+                    **options)

@@ -7,11 +7,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from jformer import attention
+from jformer import attention, positional
 
-POSITIONAL = ("sinusoidal", "learned", "rotary", "alibi", "relative", "none")
-# Positional options that are a bias on self-attention logits (passed to the variant's `bias` argument).
-BIAS_POSITIONAL = ("alibi", "relative")
 NORMS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu")
 REMAT = ("auto", "none", "full")
@@ -33,8 +30,7 @@ class TransformerConfig:
   attention: str = "auto"
   attention_options: tuple = ()
   positional: str = "sinusoidal"
-  relative_num_buckets: int = 32
-  relative_max_distance: int = 128
+  positional_options: tuple = ()
   max_length: int = 512
   norm: str = "post"
   activation: str = "relu"
@@ -52,11 +48,19 @@ class TransformerConfig:
     """Key/value heads: `num_kv_heads`, or `num_heads` when it is 0 (standard multi-head attention)."""
     return self.num_kv_heads or self.num_heads
 
-  def attention_fn(self):
-    """The registered attention function with its options bound."""
-    fn = attention.get(self.attention).fn
-    options = dict(self.attention_options)
-    return (lambda *args, **kwargs: fn(*args, **kwargs, **options)) if options else fn
+  def attention_variant(self) -> attention.AttentionVariant:
+    """The registered attention variant `attention` names."""
+    return attention.get(self.attention)
+
+  @property
+  def dims(self) -> dict[str, int]:
+    """The model dimensions a plug-in reads by name (`jformer.registry.Param` shapes, positional encodings)."""
+    return dict(d_model=self.d_model, heads=self.num_heads, kv_heads=self.kv_heads, head_dim=self.head_dim,
+                max_length=self.max_length)
+
+  def attention_param_dims(self) -> dict:
+    """The sizes the variant's parameter shapes may name: the model's and the variant's options."""
+    return self.attention_variant().param_dims(self.dims, dict(self.attention_options))
 
   @classmethod
   def from_config(cls, model_config) -> "TransformerConfig":
@@ -66,7 +70,8 @@ class TransformerConfig:
     unknown = sorted(set(values) - known)
     if unknown:
       raise ValueError(f"unknown model field(s) {unknown}; known: {sorted(known)}")
-    values["attention_options"] = tuple(sorted(dict(values.get("attention_options") or {}).items()))
+    for options in ("attention_options", "positional_options"):
+      values[options] = tuple(sorted(dict(values.get(options) or {}).items()))
     dtype = values.get("dtype", "float32")
     if isinstance(dtype, str):
       if dtype not in DTYPES:
@@ -84,16 +89,10 @@ class TransformerConfig:
     if self.num_kv_heads < 0 or (self.num_kv_heads and self.num_heads % self.num_kv_heads):
       problems.append(f"num_kv_heads={self.num_kv_heads} does not divide num_heads={self.num_heads} (each key/value "
                       "head serves num_heads/num_kv_heads query heads; 1 = multi-query, 0 = num_heads)")
-    if self.positional not in POSITIONAL:
-      problems.append(f"positional='{self.positional}' is not one of {POSITIONAL}")
-    if self.positional == "sinusoidal" and self.d_model % 2:
-      problems.append(f"sinusoidal positions need an even d_model, got {self.d_model}")
-    if self.positional == "rotary" and self.head_dim % 2:
-      problems.append(f"rotary positions need an even head_dim, got d_model/num_heads={self.head_dim}")
-    if self.positional == "relative" and (self.relative_num_buckets < 4
-                                          or self.relative_max_distance <= self.relative_num_buckets // 2):
-      problems.append(f"relative positions need relative_num_buckets >= 4 and relative_max_distance > "
-                      f"relative_num_buckets / 2, got {self.relative_num_buckets} and {self.relative_max_distance}")
+    try:
+      positional.get(self.positional).check(self.dims, dict(self.positional_options))
+    except (KeyError, ValueError) as e:  # an unknown name, an unknown option, a combination it cannot run.
+      problems.append(e.args[0])
     if self.norm not in NORMS:
       problems.append(f"norm='{self.norm}' is not one of {NORMS}")
     if self.remat not in REMAT:
@@ -115,12 +114,12 @@ class TransformerConfig:
     needs = {"causal": None, "segment_ids": None, "positions": None, "decode": None}
     if self.attention_dropout_rate > 0:
       needs["dropout"] = f"model.attention_dropout_rate={self.attention_dropout_rate}"
-    if self.positional in BIAS_POSITIONAL:
+    if positional.get(self.positional).acts == "bias":
       needs["bias"] = f"model.positional='{self.positional}'"
     if self.kv_heads != self.num_heads:
       needs["gqa"] = f"model.num_kv_heads={self.num_kv_heads}"
     try:
-      variant.check(needs=set(needs), options=dict(self.attention_options))
+      variant.check(needs=set(needs), options=dict(self.attention_options), dims=self.dims)
     except ValueError as e:
       reason = "; ".join(f"{setting} needs '{feature}'" for feature, setting in needs.items()
                          if setting and feature not in variant.supports)

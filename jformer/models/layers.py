@@ -5,13 +5,15 @@ Shapes: B batch, L (or T/S) length, D d_model, H heads, G key/value heads, K hea
 
 from __future__ import annotations
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jformer import attention
+from jformer import positional
+from jformer.models import plugin_params
 from jformer.models.config import TransformerConfig
-from jformer.ops import positional
 
 dense_init = nn.initializers.xavier_uniform()
 
@@ -48,8 +50,9 @@ class Embed(nn.Module):
 
 
 class AddPositions(nn.Module):
-  """Adds sinusoidal or learned position embeddings (paper Sec. 3.5); identity for the other options (rotary,
-  alibi and relative act inside attention; none).
+  """Adds the position embeddings of an encoding that acts on embeddings (`acts == "embedding"`: sinusoidal,
+  paper Sec. 3.5; learned); identity for the others (they act inside attention, or not at all). Holds the
+  encoding's parameters (e.g. the learned table, `position_embedding`).
 
   In decode mode the position is the step counter kept in the 'cache' collection.
   """
@@ -58,22 +61,28 @@ class AddPositions(nn.Module):
   @nn.compact
   def __call__(self, x_BxLxD: jax.Array, positions_BxL: jax.Array | None = None, *, decode: bool = False):
     cfg = self.config
-    if cfg.positional not in ("sinusoidal", "learned"):
+    encoding = positional.get(cfg.positional)
+    if encoding.acts != "embedding":
       return x_BxLxD
     length = x_BxLxD.shape[1]
     if length > cfg.max_length:
       raise ValueError(f"sequence length {length} exceeds model.max_length={cfg.max_length}; raise "
                        "model.max_length or truncate the input")
-    if cfg.positional == "learned":
-      table_PxD = self.param("position_embedding", logical(nn.initializers.normal(stddev=0.02), "positions", "embed"),
-                             (cfg.max_length, cfg.d_model), jnp.float32)
-    else:
-      table_PxD = jnp.asarray(positional.sinusoidal(cfg.max_length, cfg.d_model))
     if decode:
       positions_BxL = decode_step_positions(self, x_BxLxD.shape[0], length)
     elif positions_BxL is None:
       positions_BxL = jnp.arange(length)[None, :]
-    return x_BxLxD + jnp.take(table_PxD, positions_BxL, axis=0).astype(x_BxLxD.dtype)
+    embedding_BxLxD = encoding.fn(positions_BxL, **positional_arguments(self, cfg))
+    return x_BxLxD + embedding_BxLxD.astype(x_BxLxD.dtype)
+
+
+def positional_arguments(module: nn.Module, cfg: TransformerConfig) -> dict:
+  """The keyword arguments of the `config.positional` encoding's function: `dims`, `params` (its declared
+  parameters, created in `module`) and its options from `model.positional_options`."""
+  encoding = positional.get(cfg.positional)
+  options = dict(cfg.positional_options)
+  params = plugin_params.create(module, encoding.params, {**cfg.dims, **encoding.with_defaults(options)})
+  return dict(dims=cfg.dims, params=params, **options)
 
 
 def decode_step_positions(module: nn.Module, batch: int, length: int) -> jax.Array:
@@ -91,13 +100,10 @@ def decode_step_positions(module: nn.Module, batch: int, length: int) -> jax.Arr
 
 
 class AttentionBias(nn.Module):
-  """The positional bias on self-attention logits for `config.positional` in `BIAS_POSITIONAL`.
+  """The bias an encoding that acts on logits (`acts == "bias"`: alibi, relative) adds to self-attention logits.
 
-  - alibi (Press et al. 2022): -m_h (i - j) (causal) or -m_h |i - j| with fixed per-head slopes m_h.
-  - relative (T5, Raffel et al. 2020): b_h(bucket(j - i)), a learned `[relative_num_buckets, H]` table;
-    bidirectional buckets in the encoder, causal ones in the decoder.
-
-  One instance per stack is shared by the self-attention of all its layers, as in T5.
+  One instance per stack is shared by the self-attention of all its layers, as in T5; it holds the encoding's
+  parameters (e.g. T5's `relative_embedding` table). `causal`: the decoder's (causal) self-attention.
   """
   config: TransformerConfig
   causal: bool
@@ -106,17 +112,14 @@ class AttentionBias(nn.Module):
   def __call__(self, q_positions_BxT: jax.Array, kv_positions_BxS: jax.Array) -> jax.Array:
     """Query and key positions `[B, T]`, `[B, S]` -> logits bias `[B or 1, H, T, S]` float32."""
     cfg = self.config
-    if cfg.positional == "alibi":
-      return positional.alibi_bias(positional.alibi_slopes(cfg.num_heads), q_positions_BxT, kv_positions_BxS,
-                                   causal=self.causal)
-    buckets_BxTxS = positional.relative_position_buckets(
-        positional.relative_positions(q_positions_BxT, kv_positions_BxS), bidirectional=not self.causal,
-        num_buckets=cfg.relative_num_buckets, max_distance=cfg.relative_max_distance)
-    # T5 (t5x) initialises its table with std 1/sqrt(num_buckets).
-    table_NxH = self.param("relative_embedding",
-                           logical(nn.initializers.normal(stddev=cfg.relative_num_buckets**-0.5), "buckets", "heads"),
-                           (cfg.relative_num_buckets, cfg.num_heads), jnp.float32)
-    return jnp.moveaxis(jnp.take(table_NxH, buckets_BxTxS, axis=0), -1, 1)
+    return positional.get(cfg.positional).fn(q_positions_BxT, kv_positions_BxS, causal=self.causal,
+                                             **positional_arguments(self, cfg))
+
+
+# Names of the encoder-decoder keys and values that `MultiHeadAttention` keeps in the 'cache' collection while
+# decoding: projected once from the encoder output, then fixed (`decode.translator` keeps them out of beam reordering).
+CROSS_KEY = "cross_key"
+CROSS_VALUE = "cross_value"
 
 
 class MultiHeadAttention(nn.Module):
@@ -130,9 +133,12 @@ class MultiHeadAttention(nn.Module):
   Grouped-query attention (Ainslie et al. 2023): keys and values are projected to G = `config.kv_heads`
   heads (G = 1: multi-query, Shazeer 2019), query head h using key/value head h // (H / G); the cache holds
   G heads, and the variant gets them as they are (the registry repeats them for a variant that needs
-  H). `position_bias` (an `AttentionBias`) adds a positional bias to the logits. When the
-  'intermediates' collection is mutable (`apply(..., mutable=["intermediates"])`), the attention weights
-  `[B, H, T, S]` are sown as 'attention_weights' (see `attention_weights`); the output is unchanged.
+  H). `rotary`: the `config.positional` encoding (it acts "rotary"; its parameters, if any, live here) rotates
+  queries and keys. `position_bias` (an `AttentionBias`) adds a positional bias to the logits. A variant that
+  learns parameters (additive, general, cosine, ...) gets them created here, under a scope named after it, from
+  what it declares. When the 'intermediates' collection is mutable (`apply(..., mutable=["intermediates"])`),
+  the attention weights `[B, H, T, S]` the variant applies (its `weights` function) are sown as
+  'attention_weights'; nothing is sown for a variant without one. The output is unchanged.
   """
   config: TransformerConfig
   causal: bool = False
@@ -165,22 +171,25 @@ class MultiHeadAttention(nn.Module):
       q_positions = _default_positions(q_positions, query_BxTxHxK)
       kv_positions = q_positions if inputs_kv_BxSxD is None else _default_positions(kv_positions, key_BxSxGxK)
     if self.rotary:
-      query_BxTxHxK = positional.apply_rotary(query_BxTxHxK, q_positions)
-      key_BxSxGxK = positional.apply_rotary(key_BxSxGxK, kv_positions)
+      rotate = functools.partial(positional.get(cfg.positional).fn, **positional_arguments(self, cfg))
+      query_BxTxHxK, key_BxSxGxK = rotate(query_BxTxHxK, q_positions), rotate(key_BxSxGxK, kv_positions)
     if decode and inputs_kv_BxSxD is None:
       key_BxSxGxK, value_BxSxGxK, kv_positions = self._update_cache(key_BxSxGxK, value_BxSxGxK, q_positions)
 
     masking = dict(causal=self.causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
                    q_positions=q_positions, kv_positions=kv_positions,
                    bias=None if self.position_bias is None else self.position_bias(q_positions, kv_positions))
+    variant, options = cfg.attention_variant(), dict(cfg.attention_options)
+    if variant.params:
+      masking["params"] = plugin_params.DeclaredParams(variant.params, cfg.attention_param_dims(), name=variant.name)()
     dropout_rng = None
     if not deterministic and cfg.attention_dropout_rate > 0:
       dropout_rng = self.make_rng("dropout")
-    out_BxTxHxK = cfg.attention_fn()(query_BxTxHxK, key_BxSxGxK, value_BxSxGxK, **masking,
-                                     dropout_rate=0.0 if deterministic else cfg.attention_dropout_rate,
-                                     dropout_rng=dropout_rng)
-    if self.is_mutable_collection("intermediates") and not self.is_initializing():
-      self.sow("intermediates", "attention_weights", attention_weights(query_BxTxHxK, key_BxSxGxK, **masking))
+    out_BxTxHxK = variant.fn(query_BxTxHxK, key_BxSxGxK, value_BxSxGxK, **masking, **options,
+                             dropout_rate=0.0 if deterministic else cfg.attention_dropout_rate,
+                             dropout_rng=dropout_rng)
+    if self.is_mutable_collection("intermediates") and not self.is_initializing() and variant.weights:
+      self.sow("intermediates", "attention_weights", variant.weights(query_BxTxHxK, key_BxSxGxK, **masking, **options))
     return nn.DenseGeneral(cfg.d_model, axis=(-2, -1), kernel_init=logical(dense_init, "heads", "head_dim", "embed"),
                            bias_init=logical(nn.initializers.zeros, "embed"), dtype=cfg.dtype,
                            name="out")(out_BxTxHxK)
@@ -193,12 +202,12 @@ class MultiHeadAttention(nn.Module):
     The cache is created by the call that finds it missing: `init` (shapes only), or `apply` with
     `mutable=["cache"]` and no cache, which projects with the given parameters (`decode.translator.init_cache`).
     """
-    if not self.has_variable("cache", "cross_key"):
+    if not self.has_variable("cache", CROSS_KEY):
       key_BxSxGxK, value_BxSxGxK = project_kv()
-      self.variable("cache", "cross_key", heads_major, key_BxSxGxK)
-      self.variable("cache", "cross_value", heads_major, value_BxSxGxK)
+      self.variable("cache", CROSS_KEY, heads_major, key_BxSxGxK)
+      self.variable("cache", CROSS_VALUE, heads_major, value_BxSxGxK)
       return key_BxSxGxK, value_BxSxGxK
-    return heads_major(self.get_variable("cache", "cross_key")), heads_major(self.get_variable("cache", "cross_value"))
+    return heads_major(self.get_variable("cache", CROSS_KEY)), heads_major(self.get_variable("cache", CROSS_VALUE))
 
   def _update_cache(self, key_BxTxGxK, value_BxTxGxK, positions_BxT):
     """Writes this step's keys/values into the cache; returns the whole cache `[B, S, G, K]` and its slot
@@ -223,21 +232,6 @@ def heads_major(x: jax.Array) -> jax.Array:
   return jnp.swapaxes(x, 1, 2)
 
 
-def attention_weights(query_BxTxHxK, key_BxSxGxK, **masking) -> jax.Array:
-  """softmax(Q K^T / sqrt(d_k) + bias) over the visible keys (paper eq. 1): `[B, H, T, S]` float32.
-
-  Computed by the reference variant ('dot_product') on one-hot values, so mask and bias mean exactly what
-  they mean to every variant, whatever variant the model runs. `masking`: the variant keyword arguments
-  (causal, segment ids, positions, mask, bias).
-  """
-  batch, length, kv_heads = key_BxSxGxK.shape[:3]
-  one_hot_BxSxGxS = jnp.broadcast_to(jnp.eye(length, dtype=jnp.float32)[None, :, None, :],
-                                     (batch, length, kv_heads, length))
-  weights_BxTxHxS = attention.get("dot_product").fn(query_BxTxHxK.astype(jnp.float32),
-                                                    key_BxSxGxK.astype(jnp.float32), one_hot_BxSxGxS, **masking)
-  return jnp.transpose(weights_BxTxHxS, (0, 2, 1, 3))
-
-
 def _default_positions(positions, x_BxLxHxK):
   return jnp.arange(x_BxLxHxK.shape[1])[None, :] if positions is None else positions
 
@@ -247,7 +241,7 @@ class FeedForward(nn.Module):
   config: TransformerConfig
 
   @nn.compact
-  def __call__(self, x_BxLxD: jax.Array, *, deterministic: bool = True) -> jax.Array:
+  def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
     cfg = self.config
     h_BxLxF = nn.Dense(cfg.d_ff, kernel_init=logical(dense_init, "embed", "mlp"),
                        bias_init=logical(nn.initializers.zeros, "mlp"), dtype=cfg.dtype, name="wi")(x_BxLxD)

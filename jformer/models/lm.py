@@ -6,7 +6,7 @@ import flax.linen as nn
 
 from jformer.models.config import TransformerConfig
 from jformer.models.layers import Embed
-from jformer.models.transformer import Decoder
+from jformer.models.transformer import Decoder, batch_keywords
 
 
 class LanguageModel(nn.Module):
@@ -15,6 +15,13 @@ class LanguageModel(nn.Module):
   Uses `num_decoder_layers` layers of masked self-attention + feed-forward.
   """
   config: TransformerConfig
+  is_encoder_decoder = False  # what callers ask instead of checking the class (`Transformer`: True).
+
+  def call_arguments(self, batch: dict) -> tuple[tuple, dict]:
+    """`(args, kwargs)` of the teacher-forced call `model(*args, **kwargs)` on a batch of `jformer.data` keys:
+    'targets' (the text) and, for packed rows, 'targets_position' and 'targets_segmentation'; 'inputs' is unused."""
+    return (batch["targets"],), batch_keywords(batch, {"targets_position": "positions",
+                                                      "targets_segmentation": "segmentation"})
 
   def setup(self):
     cfg = self.config

@@ -8,13 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jformer.models.transformer import Transformer
-
 
 def param_shapes(model, batch: int = 1, length: int = 8):
   """The parameter pytree of `model` as ShapeDtypeStructs (via `jax.eval_shape`, no memory used)."""
   tokens = jnp.ones((batch, length), jnp.int32)
-  args = (tokens, tokens) if isinstance(model, Transformer) else (tokens,)
+  args, _ = model.call_arguments({"inputs": tokens, "targets": tokens})
   return jax.eval_shape(model.init, jax.random.PRNGKey(0), *args)["params"]
 
 

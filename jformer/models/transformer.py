@@ -10,8 +10,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jformer import positional
 from jformer.models import remat as remat_lib
-from jformer.models.config import BIAS_POSITIONAL, TransformerConfig
+from jformer.models.config import TransformerConfig
 from jformer.models.layers import (AddPositions, AttentionBias, Embed, FeedForward, MultiHeadAttention, layer_norm,
                                    residual)
 
@@ -22,6 +23,11 @@ def shift_right(x_BxL: jax.Array, segmentation_BxL: jax.Array | None = None) -> 
   if segmentation_BxL is not None:
     shifted = shifted * (segmentation_BxL == shift_right(segmentation_BxL))
   return shifted
+
+
+def batch_keywords(batch: dict, names: dict[str, str]) -> dict:
+  """`{argument: batch[key]}` for each `key -> argument` of `names` present in `batch` (packed rows carry them)."""
+  return {argument: batch[key] for key, argument in names.items() if key in batch}
 
 
 def segments_or_padding(tokens_BxL: jax.Array, segmentation_BxL: jax.Array | None) -> jax.Array:
@@ -42,7 +48,7 @@ class TransformerLayer(nn.Module):
                encoder_segment_ids_BxS=None, deterministic=True, decode=False):
     cfg = self.config
     sub = dict(dropout=nn.Dropout(cfg.dropout_rate), pre_norm=cfg.norm == "pre", deterministic=deterministic)
-    self_attend = MultiHeadAttention(cfg, causal=self.causal, rotary=cfg.positional == "rotary",
+    self_attend = MultiHeadAttention(cfg, causal=self.causal, rotary=positional.get(cfg.positional).acts == "rotary",
                                      position_bias=self.position_bias, name="self_attention")
     x_BxLxD = residual(
         x_BxLxD, lambda h: self_attend(h, q_segment_ids=segment_ids_BxL, kv_segment_ids=segment_ids_BxL,
@@ -60,7 +66,7 @@ class TransformerLayer(nn.Module):
                                           decode=decode),
           norm=layer_norm("cross_attention_norm"), **sub)
     feed_forward = FeedForward(cfg, name="feed_forward")
-    return residual(x_BxLxD, lambda h: feed_forward(h, deterministic=deterministic),
+    return residual(x_BxLxD, feed_forward,
                     norm=layer_norm("feed_forward_norm"), **sub)
 
 
@@ -76,9 +82,9 @@ class DecoderLayer(TransformerLayer):
 
 def rematerialize(stack: nn.Module, length: int, deterministic: bool) -> bool:
   """Whether `stack` recomputes its layers' activations in the backward pass (`model.remat`, models/remat.py):
-  only when training, and not with a positional bias shared across layers (alibi, relative)."""
+  only when training, and not with a positional bias shared across layers (an encoding that acts "bias")."""
   cfg = stack.config
-  return (remat_lib.wanted(cfg.remat, length) and not deterministic and cfg.positional not in BIAS_POSITIONAL
+  return (remat_lib.wanted(cfg.remat, length) and not deterministic and positional.get(cfg.positional).acts != "bias"
           and not stack.is_initializing())
 
 
@@ -106,8 +112,10 @@ def run_layer(stack: nn.Module, layer: TransformerLayer, x_BxLxD, encoded_BxSxD,
 
 
 def stack_position_bias(config: TransformerConfig, *, causal: bool) -> AttentionBias | None:
-  """The self-attention bias module shared by the layers of one stack (alibi, relative), else None."""
-  return AttentionBias(config, causal=causal, name="position_bias") if config.positional in BIAS_POSITIONAL else None
+  """The self-attention bias module shared by the layers of one stack (an encoding that acts "bias"), else None."""
+  if positional.get(config.positional).acts != "bias":
+    return None
+  return AttentionBias(config, causal=causal, name="position_bias")
 
 
 class Encoder(nn.Module):
@@ -169,6 +177,14 @@ class Decoder(nn.Module):
 class Transformer(nn.Module):
   """The encoder-decoder Transformer; `__call__` is teacher-forced, `encode`/`decode` serve decoding."""
   config: TransformerConfig
+  is_encoder_decoder = True  # what callers ask instead of checking the class (`LanguageModel`: False).
+
+  def call_arguments(self, batch: dict) -> tuple[tuple, dict]:
+    """`(args, kwargs)` of the teacher-forced call `model(*args, **kwargs)` on a batch of `jformer.data` keys:
+    'inputs', 'targets' and, for packed rows, '{inputs,targets}_{position,segmentation}'."""
+    return (batch["inputs"], batch["targets"]), batch_keywords(batch, {
+        "inputs_position": "inputs_positions", "targets_position": "targets_positions",
+        "inputs_segmentation": "inputs_segmentation", "targets_segmentation": "targets_segmentation"})
 
   def setup(self):
     cfg = self.config

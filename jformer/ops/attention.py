@@ -44,22 +44,35 @@ def dot_product_attention(
     raise ValueError(f"query {query.shape}, key {key.shape} and value {value.shape} do not match: "
                      "query and key need the same head_dim, key and value the same [batch, length, heads], and "
                      "the query heads must be a multiple of the key/value heads")
+  weights_BxHxTxS = dot_product_weights(query, key, mask=mask, bias=bias, scale=scale).astype(value.dtype)
+  if dropout_rate > 0.0:
+    if dropout_rng is None:
+      raise ValueError("dropout_rate > 0 needs a dropout_rng")
+    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights_BxHxTxS.shape)
+    weights_BxHxTxS = jnp.where(keep, weights_BxHxTxS / (1.0 - dropout_rate), 0.0).astype(value.dtype)
+  return jnp.einsum("bhts,bshd->bthd", weights_BxHxTxS, repeat_kv(value, query.shape[2]))
+
+
+def dot_product_weights(query: jax.Array, key: jax.Array, *, mask: jax.Array | None = None,
+                        bias: jax.Array | None = None, scale: float | None = None) -> jax.Array:
+  """The attention weights softmax(Q K^T * scale + bias) over the keys the mask allows (paper eq. 1).
+
+  Args:
+    query `[B, T, H, D]`, key `[B, S, K, D]` (H % K == 0); mask, bias, scale: as in `dot_product_attention`.
+
+  Returns:
+    `[B, H, T, S]` float32; a query whose keys are all masked gets uniform weights.
+  """
   if scale is None:
     scale = query.shape[-1] ** -0.5
-  key, value = repeat_kv(key, query.shape[2]), repeat_kv(value, query.shape[2])
+  key = repeat_kv(key, query.shape[2])
   logits_BxHxTxS = jnp.einsum("bthd,bshd->bhts", query * jnp.asarray(scale, query.dtype), key)
   logits_BxHxTxS = logits_BxHxTxS.astype(jnp.float32)
   if bias is not None:
     logits_BxHxTxS = logits_BxHxTxS + bias.astype(jnp.float32)
   if mask is not None:
     logits_BxHxTxS = jnp.where(mask, logits_BxHxTxS, jnp.finfo(jnp.float32).min)
-  weights_BxHxTxS = jax.nn.softmax(logits_BxHxTxS, axis=-1).astype(value.dtype)
-  if dropout_rate > 0.0:
-    if dropout_rng is None:
-      raise ValueError("dropout_rate > 0 needs a dropout_rng")
-    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights_BxHxTxS.shape)
-    weights_BxHxTxS = jnp.where(keep, weights_BxHxTxS / (1.0 - dropout_rate), 0.0).astype(value.dtype)
-  return jnp.einsum("bhts,bshd->bthd", weights_BxHxTxS, value)
+  return jax.nn.softmax(logits_BxHxTxS, axis=-1)
 
 
 def repeat_kv(x_BxSxKxD: jax.Array, num_heads: int) -> jax.Array:

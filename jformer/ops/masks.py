@@ -8,7 +8,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-PAD_ID = 0
+from jformer.ops.tokens import PAD_ID
 
 
 def causal_mask(q_positions: jax.Array, kv_positions: jax.Array | None = None) -> jax.Array:

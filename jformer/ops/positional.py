@@ -1,4 +1,5 @@
-"""Positional encodings as pure functions.
+"""The math of positional encodings as pure functions (the registered encodings built on it, and how each acts
+on the model: jformer/positional/).
 
 - `sinusoidal`: the paper's fixed table (Sec. 3.5).
 - `apply_rotary`: rotary position embedding (RoPE, Su et al. 2021) applied to queries/keys.

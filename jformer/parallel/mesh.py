@@ -22,7 +22,6 @@ LOGICAL_AXIS_RULES = (
     ("mlp", "tensor"),
     ("vocab", "tensor"),
     ("head_dim", None),
-    ("length", None),
     ("positions", None),
     ("buckets", None),
     ("norm", None),

@@ -1,1 +1,2 @@
-"""Training: state, the paper's optimizer, pure steps, evaluation, and the train-and-evaluate loop."""
+"""Training: state, the paper's optimizer, pure steps, the mesh/pmap runners, evaluation, and the train-and-evaluate
+loop."""

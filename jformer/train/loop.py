@@ -21,9 +21,11 @@ from absl import logging
 
 from jformer import checkpoint, data, models, parallel
 from jformer import config as config_lib
-from jformer.decode.translator import Translator
+from jformer.decode.translator import make_translator
 from jformer.train import bleu, optim
 from jformer.train.progress import Progress, format_duration, write_json
+from jformer.train.runner import make_runner
+from jformer.train.step import FINITE_CHECKS
 
 
 def say(message: str):
@@ -32,21 +34,32 @@ def say(message: str):
     print(message, flush=True)
 
 
-class NonFiniteLossError(FloatingPointError):
-  """The training loss became NaN or Inf; the run stops and keeps the last good checkpoint."""
+class NonFiniteUpdateError(FloatingPointError):
+  """A step's loss, gradients or updated parameters were NaN or Inf once more than `train.skip_nonfinite_updates`
+  allows; the run stops and keeps the last good checkpoint."""
 
 
-def load_tokenizer(config, workdir: str) -> data.Tokenizer:
-  """The run's SentencePiece model: `data.vocab_path`, or trained once into `<workdir>/vocab/` and reused."""
-  path = config.data.vocab_path or os.path.join(workdir, "vocab", f"spm_{config.model.vocab_size}.model")
-  return data.get_tokenizer(
-      path, lambda: data.pair_texts(data.load_split(config.data.dataset, "train", **source_args(config, workdir))),
-      vocab_size=config.model.vocab_size, max_sentences=config.data.spm_max_sentences)
+def check_update(step: int, metrics: dict, allowed: int, checkpointer) -> int:
+  """Takes the train step's finiteness flags out of `metrics` and returns the run's skipped updates so far.
 
-
-def source_args(config, workdir: str) -> dict:
-  return dict(path=config.data.path, data_dir=config.data.data_dir or os.path.join(workdir, "tfds"),
-              source_lang=config.data.source_lang, target_lang=config.data.target_lang)
+  The step never applies a non-finite update (it keeps the old state), so every saved state is finite. Such a
+  skipped update is reported while at most `allowed` were skipped; the next one stops the run before anything
+  is saved, naming the step, what was non-finite and the last checkpoint.
+  """
+  finite, skipped = metrics.pop("finite"), int(metrics.pop("skipped_updates"))
+  if finite.all():
+    return skipped
+  bad = [name for name, ok in zip(FINITE_CHECKS, finite) if not ok]
+  what = f"{', '.join(bad[:-1])} and {bad[-1]}" if len(bad) > 1 else bad[0]
+  if skipped <= allowed:
+    say(f"step {step}: non-finite {what}, update skipped ({skipped} of {allowed} allowed)")
+    return skipped
+  last = checkpointer.latest_step()
+  kept = (f"The last good checkpoint is step {last} in {checkpointer.directory}." if last is not None
+          else "No checkpoint was saved before it.")
+  after = f" after {allowed} skipped updates" if allowed else ""
+  raise NonFiniteUpdateError(f"step {step}: non-finite {what}; stopping{after} "
+                             f"(train.skip_nonfinite_updates={allowed}). {kept}")
 
 
 def per_host(total: int, what: str) -> int:
@@ -82,26 +95,6 @@ def evaluate(eval_step, params, batches) -> dict:
   tokens = max(totals["tokens"], 1.0)
   loss = totals["nll_sum"] / tokens
   return {"loss": loss, "accuracy": totals["correct"] / tokens, "perplexity": math.exp(min(loss, 50.0))}
-
-
-def load_params(workdir: str, which: str = "auto"):
-  """Parameters of a run: 'averaged' (<workdir>/averaged), 'latest', a step number, or 'auto' (averaged if any)."""
-  averaged = os.path.join(workdir, "averaged")
-  if which == "averaged" or (which == "auto" and os.path.isdir(averaged)):
-    return checkpoint.load_params(averaged)
-  with checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True) as checkpointer:
-    if checkpointer.latest_step() is None:
-      raise FileNotFoundError(f"no checkpoints in {checkpointer.directory}; train first")
-    return checkpointer.restore_params(None if which in ("auto", "latest") else int(which))
-
-
-def make_translator(config, model, params, tokenizer) -> Translator:
-  d = config.decode
-  options = dict(method=d.method, beam_size=d.beam_size, alpha=d.alpha)
-  if d.method == "sample":
-    options.update(temperature=d.temperature, top_k=d.top_k, top_p=d.top_p)
-  return Translator(model, params, tokenizer, batch_size=d.batch_size, max_extra_length=d.max_extra_length,
-                    **options)
 
 
 def test_bleu(config, model, params, tokenizer, datasets) -> dict:
@@ -140,26 +133,26 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   workdir = os.path.abspath(workdir)
   os.makedirs(workdir, exist_ok=True)
   write_config(config, workdir)
-  tokenizer = load_tokenizer(config, workdir)
+  tokenizer = data.load_tokenizer(config, workdir)
   if tokenizer.vocab_size != config.model.vocab_size:
     raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but model.vocab_size={config.model.vocab_size}")
   datasets = data.make_datasets(
       dataset=config.data.dataset, tokenizer=tokenizer, batch_size=per_host(config.data.batch_size, "batch_size"),
       max_length=config.data.max_length, packing=config.data.packing, long_examples=config.data.long_examples,
       seed=config.data.seed, eval_batch_size=per_host(config.data.eval_batch_size, "eval_batch_size"),
-      **source_args(config, workdir))
+      **data.source_args(config, workdir))
   say(f"data: {len(datasets.train_pairs):,} training pairs ({datasets.train_pairs.num_tokens():,} tokens), "
       f"{datasets.train_pairs.dropped:,} dropped as longer than {config.data.max_length} tokens")
 
   model = models.build(config)
   tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
   example = {k: jnp.zeros((1, config.data.max_length), jnp.int32) for k in ("inputs", "targets")}
-  runner = parallel.make_runner(config, model, tx, schedule, example)
+  runner = make_runner(config, model, tx, schedule, example)
   state = runner.init_state(jax.random.PRNGKey(config.train.seed))
   num_params = sum(x.size for x in jax.tree.leaves(runner.checkpoint_view(state).params))
   say(f"model: {num_params / 1e6:.2f}M parameters; {runner.describe(state)}")
 
-  checkpointer = checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"),
+  checkpointer = checkpoint.Checkpointer(checkpoint.checkpoints_dir(workdir),
                                          max_to_keep=config.train.keep_checkpoints,
                                          save_interval_steps=config.train.checkpoint_every)
   if checkpointer.latest_step() is not None:
@@ -169,16 +162,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   progress = Progress(workdir, config.train.steps, start_step)
   preemption = _Preemption()
-  results = {"step": start_step}
+  results = {"step": start_step, "skipped_updates": int(runner.checkpoint_view(state).skipped_updates)}
   step = start_step
   try:
     for step in range(start_step + 1, config.train.steps + 1):
       batch = next(datasets.train)
       input_tokens = float(np.count_nonzero(batch["inputs"]) + np.count_nonzero(batch["targets"]))
+      if step == start_step + 1:  # compiles the step (its first call reuses it) and reads its temporary memory.
+        temp_bytes = runner.step_temp_bytes(state, batch)
+        if temp_bytes is not None:
+          results["step_temp_mib"] = temp_bytes / 2**20
+          say(f"train step: {results['step_temp_mib']:,.1f} MiB of temporary memory per device (compiled)")
       state, metrics = runner.train_step(state, batch)
-      if not np.isfinite(metrics["loss"]):
-        raise NonFiniteLossError(f"loss is {metrics['loss']} at step {step}; stopping. The last good checkpoint "
-                                 f"(step {checkpointer.latest_step()}) is kept in {checkpointer.directory}.")
+      results["skipped_updates"] = check_update(step, metrics, config.train.skip_nonfinite_updates, checkpointer)
       progress.add(metrics, input_tokens, timed=step > start_step + 1)  # the first step includes compilation.
       if step % config.train.log_every == 0 or step == config.train.steps:
         averages = progress.report(step)
@@ -208,7 +204,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     params = runner.host_params(state)
     if config.train.average_checkpoints > 1:
       params, steps = checkpoint.average_params(checkpointer.directory, last=config.train.average_checkpoints)
-      checkpoint.save_params(os.path.join(workdir, "averaged"), params, overwrite=True)
+      checkpoint.save_params(checkpoint.averaged_dir(workdir), params, overwrite=True)
       results["averaged_steps"] = [int(s) for s in steps]
     results.update(test_bleu(config, model, params, tokenizer, datasets))
     results["train_seconds"] = progress.train_seconds + 0.0

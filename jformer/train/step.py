@@ -10,12 +10,16 @@ import jax.numpy as jnp
 import optax
 
 from jformer.ops.linear_cross_entropy import linear_cross_entropy
-from jformer.train.state import TrainState, model_inputs, model_kwargs
+from jformer.ops.tokens import PAD_ID
+from jformer.train.state import TrainState
+
+# What the train step's `metrics["finite"]` flags say, in order (each True when all its values are finite).
+FINITE_CHECKS = ("loss", "gradients", "updated parameters")
 
 
 def token_weights(batch: dict) -> jax.Array:
   """1.0 on real target tokens, 0.0 on padding."""
-  return (batch["targets"] != 0).astype(jnp.float32)
+  return (batch["targets"] != PAD_ID).astype(jnp.float32)
 
 
 def output_loss_sums(model, params, batch: dict, label_smoothing: float, **apply_kwargs):
@@ -25,8 +29,8 @@ def output_loss_sums(model, params, batch: dict, label_smoothing: float, **apply
   scores them chunk by chunk: the same numbers as the smoothed cross-entropy and accuracy of the full logits,
   without storing them (and with their gradient computed on the way).
   """
-  hidden, output_embedding = model.apply({"params": params}, *model_inputs(model, batch), **model_kwargs(model, batch),
-                                         return_hidden=True, **apply_kwargs)
+  args, kwargs = model.call_arguments(batch)
+  hidden, output_embedding = model.apply({"params": params}, *args, **kwargs, return_hidden=True, **apply_kwargs)
   return linear_cross_entropy(hidden, output_embedding, batch["targets"], token_weights(batch), label_smoothing)
 
 
@@ -39,6 +43,11 @@ def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumul
   rows (a `lax.scan`; one optimizer update per step, same result as the full batch). With `axis_name`
   (pmap), token counts and gradients are summed across devices, so the update equals the global batch's.
   Dropout keys are `fold_in(state.rng, state.step)`: reproducible and resumable.
+
+  A non-finite update is never applied: when the loss, the gradients' global norm or the sum of the updated
+  parameters is NaN or Inf, the step keeps the old params and optimizer state, advances `step` and counts
+  one more `skipped_updates`. `metrics["finite"]` holds one flag per `FINITE_CHECKS` entry and
+  `metrics["skipped_updates"]` the running count; the caller decides how many skips it tolerates.
   """
 
   def loss_sums(params, micro_batch, rng):
@@ -70,10 +79,16 @@ def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumul
     denominator = jnp.maximum(weight_sum, 1.0)
     grads = jax.tree.map(lambda g: g / denominator, grad_sums)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    new_state = state.replace(step=state.step + 1, params=optax.apply_updates(state.params, updates),
-                              opt_state=opt_state)
-    metrics = {"loss": loss_sum / denominator, "accuracy": correct / denominator, "tokens": weight_sum,
-               "grad_norm": optax.tree.norm(grads), "learning_rate": schedule(state.step)}
+    params = optax.apply_updates(state.params, updates)
+    loss, grad_norm = loss_sum / denominator, optax.tree.norm(grads)
+    # NaN and Inf propagate through the norm and the sum: one reduction each tells whether all values are finite.
+    finite = jnp.stack([jnp.isfinite(loss), jnp.isfinite(grad_norm), jnp.isfinite(optax.tree.sum(params))])
+    apply = jnp.all(finite)
+    new_state = state.replace(step=state.step + 1, params=optax.tree.where(apply, params, state.params),
+                              opt_state=optax.tree.where(apply, opt_state, state.opt_state),
+                              skipped_updates=state.skipped_updates + jnp.where(apply, 0, 1))
+    metrics = {"loss": loss, "accuracy": correct / denominator, "tokens": weight_sum, "grad_norm": grad_norm,
+               "learning_rate": schedule(state.step), "finite": finite, "skipped_updates": new_state.skipped_updates}
     return new_state, metrics
 
   return train_step

@@ -1,4 +1,5 @@
-"""Two thin wrappers around the one pure train step: `MeshRunner` (jit over a mesh) and `PmapRunner`.
+"""Two thin wrappers around the one pure train step: `MeshRunner` (jit over a `jformer.parallel` mesh, shardings from
+its logical-axis rules) and `PmapRunner` (classic data parallel, gradients summed over the 'batch' axis).
 
 Both take host-local numpy batches (each host's share of the global batch) and return host-readable metrics;
 `checkpoint_view` / `from_checkpoint` convert between the running state and what is saved, so a checkpoint
@@ -30,6 +31,16 @@ def _bytes_per_device(tree) -> int:
   return total
 
 
+def _temp_bytes(lowered) -> int | None:
+  """Temporary memory per device of a lowered step once compiled (`memory_analysis()`), None where the backend
+  does not report it. The jitted step's own first call reuses this compilation (JAX's compilation cache)."""
+  try:
+    analysis = lowered.compile().memory_analysis()
+  except NotImplementedError:
+    return None
+  return None if analysis is None else int(analysis.temp_size_in_bytes)
+
+
 class MeshRunner:
   """`jax.jit` over a ('data', 'fsdp', 'tensor') mesh; the state is created already sharded."""
   mode = "mesh"
@@ -43,7 +54,7 @@ class MeshRunner:
     self.state_sharding = nn.logical_to_mesh_sharding(nn.get_partition_spec(boxed), self.mesh, LOGICAL_AXIS_RULES)
     self._init = jax.jit(lambda rng: init_train_state(model, tx, rng, example_batch),
                          out_shardings=self.state_sharding)
-    self.batch_sharding = NamedSharding(self.mesh, PartitionSpec(("data", "fsdp")))
+    self.batch_sharding = nn.logical_to_mesh_sharding(PartitionSpec("batch"), self.mesh, LOGICAL_AXIS_RULES)
     self._batch_parallelism = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
     step = make_train_step(model, tx, schedule, label_smoothing=label_smoothing,
                            grad_accumulation_steps=grad_accumulation_steps)
@@ -71,6 +82,10 @@ class MeshRunner:
   def train_step(self, state, local_batch):
     state, metrics = self._train_step(state, self.shard_batch(local_batch))
     return state, jax.device_get(metrics)
+
+  def step_temp_bytes(self, state, local_batch) -> int | None:
+    """Temporary memory per device of the compiled train step for this state and batch (see `_temp_bytes`)."""
+    return _temp_bytes(self._train_step.lower(state, self.shard_batch(local_batch)))
 
   def eval_step(self, params, local_batch):
     return jax.device_get(self._eval_step(params, self.shard_batch(local_batch)))
@@ -125,6 +140,10 @@ class PmapRunner:
   def train_step(self, state, local_batch):
     state, metrics = self._train_step(state, self.shard_batch(local_batch))
     return state, jax.device_get(jax.tree.map(lambda x: x[0], metrics))
+
+  def step_temp_bytes(self, state, local_batch) -> int | None:
+    """Temporary memory per device of the compiled train step for this state and batch (see `_temp_bytes`)."""
+    return _temp_bytes(self._train_step.lower(state, self.shard_batch(local_batch)))
 
   def eval_step(self, params, local_batch):
     return jax.device_get(jax.tree.map(lambda x: x[0], self._eval_step(params, self.shard_batch(local_batch))))

@@ -1,0 +1,144 @@
+"""One small registry class for every kind of plug-in (attention variants, positional encodings, datasets), and
+the declaration of a plug-in's learned parameters.
+
+A `Registry` maps a config string to an entry; an unknown name is refused with the known ones listed. A
+plug-in that learns something declares its parameters as `Param`s; the Flax module that uses it creates them
+(`jformer.models.plugin_params.create`), so the plug-in's math stays a pure function of explicit arrays.
+
+This module sits below every layer of jformer and imports none of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import inspect
+from typing import Any, Callable, Generic, Mapping, TypeVar
+
+import jax
+import jax.numpy as jnp
+
+Entry = TypeVar("Entry")
+
+
+class Registry(Generic[Entry]):
+  """name -> entry, for one kind of plug-in (`kind` names it in messages, e.g. "attention variant").
+
+  With `patterns=True` a name may be a glob ("wmt*_translate/*") that `get` matches after the exact names.
+  """
+
+  def __init__(self, kind: str, *, patterns: bool = False):
+    self.kind = kind
+    self._patterns = patterns
+    self._entries: dict[str, Entry] = {}
+
+  def add(self, name: str, entry: Entry) -> Entry:
+    """Registers `entry` as `name`; a name registered twice is an error (two plug-ins would shadow each other)."""
+    if name in self._entries:
+      raise ValueError(f"{self.kind} '{name}' is registered twice")
+    self._entries[name] = entry
+    return entry
+
+  def get(self, name: str) -> Entry:
+    """The entry of `name`; an unknown name raises a KeyError listing the known ones."""
+    if name in self._entries:
+      return self._entries[name]
+    if self._patterns:
+      for pattern, entry in self._entries.items():
+        if fnmatch.fnmatchcase(name, pattern):
+          return entry
+    raise KeyError(f"unknown {self.kind} '{name}'; known: {self.available()} (a plug-in of your own is loaded "
+                   "with --config.imports=path/to/file.py)")
+
+  def available(self) -> list[str]:
+    """Sorted registered names."""
+    return sorted(self._entries)
+
+  def __contains__(self, name: str) -> bool:
+    return name in self._entries
+
+
+def option_type(parameter: inspect.Parameter) -> type | None:
+  """How a plug-in's keyword option is checked: int (a positive int: sizes, windows, chunks) or float (a number),
+  from its default or, for a required option, its annotation; None (unchecked) otherwise."""
+  default = parameter.default
+  if default is inspect.Parameter.empty:
+    return {"int": int, "float": float, int: int, float: float}.get(parameter.annotation)
+  return type(default) if type(default) in (int, float) else None
+
+
+def check_options(plugin: str, group: str, options: Mapping[str, Any], option_types: Mapping[str, type | None],
+                  given: Mapping[str, Any]) -> None:
+  """Refuses options `given` to `plugin` (e.g. "attention variant 'local'") that it does not have, required ones
+  it lacks (`options`: {name: default}, `inspect.Parameter.empty` when required) and values of the wrong type,
+  naming them and the config `group` that sets them (e.g. "model.attention_options")."""
+  unknown = sorted(set(given) - set(options))
+  if unknown:
+    raise ValueError(f"{plugin} has no option(s) {unknown}; its options are {sorted(options) or 'none'}")
+  absent = sorted(n for n, default in options.items() if default is inspect.Parameter.empty and n not in given)
+  if absent:
+    raise ValueError(f"{plugin} needs option(s) {absent}; set e.g. --config.{group}.{absent[0]}=...")
+  for option, value in given.items():
+    kind = option_types.get(option)
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+      raise ValueError(f"{plugin} needs a positive int {option}, got {value!r} (--config.{group}.{option})")
+    if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+      raise ValueError(f"{plugin} needs a number for {option}, got {value!r} (--config.{group}.{option})")
+
+
+def first_line(doc: str | None) -> str:
+  """The first line of a docstring ('' for none): a plug-in's one-line description."""
+  return next(iter((doc or "").strip().splitlines()), "")
+
+
+Initializer = Callable[[jax.Array, tuple, Any], jax.Array]
+
+
+def constant(value: float) -> Initializer:
+  """An initializer filling the parameter with `value` (e.g. a temperature's starting log)."""
+  return lambda key, shape, dtype=jnp.float32: jnp.full(shape, value, dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+  """A learned parameter a plug-in declares.
+
+  Attributes:
+    shape: one entry per dimension: an int, or a name looked up in the dimensions the model passes (e.g.
+      "heads", "kv_heads", "head_dim", "d_model", "max_length") or among the plug-in's options (e.g. an
+      additive scorer's "hidden_size").
+    init: `init(key, shape, dtype) -> array`, e.g. `jax.nn.initializers.lecun_normal()`.
+    axes: logical axis names, one per dimension, mapped to mesh axes by `jformer.parallel.mesh`
+      (e.g. "heads" -> tensor parallelism); None = the dimension names (a name without a rule is replicated).
+  """
+  shape: tuple
+  init: Initializer
+  axes: tuple | None = None
+
+  def resolve(self, dims: Mapping[str, int]) -> tuple[int, ...]:
+    """The concrete shape for `dims` (model dimensions and options); an unknown name is an error."""
+    shape = []
+    for dim in self.shape:
+      if isinstance(dim, str):
+        if dim not in dims:
+          raise ValueError(f"parameter dimension '{dim}' is neither a model dimension nor an option; known: "
+                           f"{sorted(dims)}")
+        dim = dims[dim]
+      if not isinstance(dim, int) or dim < 1:
+        raise ValueError(f"parameter dimensions must be positive ints, got {dim!r} in {self.shape}")
+      shape.append(dim)
+    return tuple(shape)
+
+  def logical_axes(self) -> tuple:
+    """Logical axis names, one per dimension (an int dimension without `axes` has no name: replicated)."""
+    if self.axes is not None:
+      if len(self.axes) != len(self.shape):
+        raise ValueError(f"axes {self.axes} do not name the {len(self.shape)} dimensions of shape {self.shape}")
+      return tuple(self.axes)
+    return tuple(dim if isinstance(dim, str) else None for dim in self.shape)
+
+
+def init_params(specs: Mapping[str, Param], dims: Mapping[str, int], rng: jax.Array) -> dict[str, jax.Array]:
+  """Concrete float32 parameters for `specs` outside any module (tests, benchmarks): one key per parameter."""
+  keys = jax.random.split(rng, max(len(specs), 1))
+  return {name: spec.init(key, spec.resolve(dims), jnp.float32) for key, (name, spec) in zip(keys, sorted(specs.items()))}

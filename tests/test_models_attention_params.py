@@ -1,0 +1,57 @@
+"""Attention variants that learn parameters, inside the model: created from their declaration, sharded by their
+logical axes, trained by the gradient, cached decoding equal to the full forward.
+
+Their math is checked against their explicit formulas in tests/test_attention_variants.py; this file checks the
+plumbing, for every registered variant that declares parameters (a new one is covered without editing here).
+"""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jformer import attention
+from test_models import decode_step_by_step, tiny, tokens
+
+LEARNED = [name for name in attention.available() if attention.get(name).params]
+
+
+def model_with(name):
+  options = {f"model.attention_options.{k}": v for k, v in attention.get(name).example_options.items()}
+  return tiny(**{"model.attention": name, "model.norm": "pre", **options})
+
+
+def test_the_similarity_variants_learn_parameters():
+  assert {"additive", "general", "cosine"} <= set(LEARNED)
+
+
+@pytest.mark.parametrize("name", LEARNED)
+def test_declared_parameters_are_created_with_shapes_and_logical_axes(name):
+  model = model_with(name)
+  x, y = tokens(0, (2, 6)), tokens(1, (2, 5))
+  boxed = model.init(jax.random.PRNGKey(0), x, y)["params"]
+  variant, cfg = attention.get(name), model.config
+  shapes = variant.param_shapes(cfg.dims, dict(cfg.attention_options))
+  for stack, block in (("encoder", "self_attention"), ("decoder", "self_attention"), ("decoder", "cross_attention")):
+    created = boxed[stack]["layer_1"][block][name]
+    assert set(created) == set(variant.params)
+    for param, spec in variant.params.items():
+      assert created[param].value.shape == shapes[param]
+      assert created[param].names == spec.logical_axes()
+  assert "heads" in boxed["encoder"]["layer_0"]["self_attention"][name][sorted(variant.params)[0]].names
+
+
+@pytest.mark.parametrize("name", LEARNED)
+def test_parameters_get_gradients_and_cached_decoding_equals_full_forward(name):
+  model = model_with(name)
+  x, y = tokens(0, (2, 6)).at[1, 4:].set(0), tokens(1, (2, 5))
+  params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), x, y))["params"]
+  loss = lambda p: jnp.sum(model.apply({"params": p}, x, y) ** 2)
+  grads = jax.grad(loss)(params)
+  for stack, block in (("encoder", "self_attention"), ("decoder", "cross_attention")):
+    for param, grad in grads[stack]["layer_0"][block][name].items():
+      assert np.abs(np.asarray(grad)).max() > 0, f"{stack}/{block}/{param} gets no gradient"
+  full = model.apply({"params": params}, x, y)
+  encoded = model.apply({"params": params}, x, method=model.encode)
+  np.testing.assert_allclose(decode_step_by_step(model, params, encoded, x, y), full, atol=1e-4)
