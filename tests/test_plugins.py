@@ -62,3 +62,42 @@ def test_plugin_variant_trains_from_the_command_line(tiny_corpus, tmp_path):
             if NAME in jax.tree_util.keystr(path) and "log_scale" in jax.tree_util.keystr(path)]
   assert len(scales) == 3  # encoder self, decoder self, cross attention (one layer each)
   assert all(np.abs(np.asarray(s)).max() > 0 for s in scales)
+
+
+PLUGIN_OF_EACH_KIND = '''
+"""A researcher's positional encoding and dataset, registered from a file outside the package."""
+import jax.numpy as jnp
+
+from jformer import data
+from jformer.positional import register
+from jformer.registry import Param, constant
+
+
+@register("learned_offset", acts="embedding", params={"offset": Param(("d_model",), constant(0.5))})
+def learned_offset(positions, *, dims, params):
+  """A learned vector added at every position (a toy: no position information)."""
+  return jnp.broadcast_to(params["offset"], positions.shape + (dims["d_model"],))
+
+
+@data.register_dataset("my_corpus")
+def my_corpus(name, split, **kwargs):
+  return data.load_split("parallel_text", split, **kwargs)
+'''
+
+
+def test_positional_encodings_and_datasets_load_from_the_same_imports(tmp_path, monkeypatch, scratch_registries):
+  from jformer import data, models
+  from jformer.data import sources
+
+  monkeypatch.setattr(sources._REGISTRY, "_entries", dict(sources._REGISTRY._entries))
+  monkeypatch.setattr(config_lib, "_IMPORTED_PLUGINS", {})
+  plugin = tmp_path / "my_plugins.py"
+  plugin.write_text(PLUGIN_OF_EACH_KIND)
+  with pytest.raises(ValueError, match="unknown positional encoding 'learned_offset'"):
+    config_lib.load(REPO / "configs" / "demo.py", {"model.positional": "learned_offset"})
+  config = config_lib.load(REPO / "configs" / "demo.py", {"imports": str(plugin), "model.positional": "learned_offset",
+                                                           "data.dataset": "my_corpus", "model.vocab_size": 50,
+                                                           "model.d_model": 32, "model.d_ff": 64})
+  params = models.build(config).init(jax.random.PRNGKey(0), jax.numpy.ones((1, 4), int), jax.numpy.ones((1, 3), int))
+  assert params["params"]["encoder"]["positions"]["offset"].value.shape == (32,)
+  assert data.get_dataset("my_corpus") is not None
