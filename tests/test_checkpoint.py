@@ -301,3 +301,14 @@ def _get(tree: dict, path: tuple[str, ...]) -> np.ndarray:
   for key in path:
     tree = tree[key]
   return tree
+
+
+def test_restoring_into_another_state_structure_names_the_difference(tmp_path):
+  """A checkpoint of another train-state layout (e.g. from an older jformer) is refused with the differing key."""
+  with Checkpointer(str(tmp_path)) as checkpointer:
+    checkpointer.save(1, {"step": jnp.zeros(()), "params": {"w": jnp.ones(3)}}, force=True)
+    checkpointer.wait()
+  with Checkpointer(str(tmp_path)) as checkpointer:
+    with pytest.raises(ValueError, match=r"checkpoint 1 in .* does not hold the state this run trains .*"
+                                         r"skipped_updates.*still serve translate and average-checkpoints"):
+      checkpointer.restore({"step": jnp.zeros(()), "params": {"w": jnp.ones(3)}, "skipped_updates": jnp.zeros(())})

@@ -160,7 +160,16 @@ class Checkpointer:
             "`data_iterator`); restore it with data_iterator=None and position the iterator yourself."
         )
       args[DATA_ITEM] = grain_checkpoint.CheckpointRestore(data_iterator)
-    return self._manager.restore(step, args=ocp.args.Composite(**args))[STATE_ITEM]
+    try:
+      return self._manager.restore(step, args=ocp.args.Composite(**args))[STATE_ITEM]
+    except ValueError as e:
+      if "tree structures do not match" not in str(e):
+        raise
+      difference = str(e).split("\n", 1)[1].split("If this mismatch", 1)[0].strip()
+      raise ValueError(f"checkpoint {step} in {self._directory} does not hold the state this run trains (it was "
+                       f"written by another jformer version or model): {' '.join(difference.split())}. Its "
+                       "parameters still serve translate and average-checkpoints; to train, use a new workdir."
+                       ) from None
 
   def restore_params(self, step: int | None = None) -> Any:
     """Reads only the `params` subtree of checkpoint `step` (default: the latest) as NumPy arrays.
