@@ -35,8 +35,8 @@ MIB = 2**20
 
 def parse_args(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--variants", default=",".join(attention.available()),
-                      help="comma-separated registry names (default: all)")
+  parser.add_argument("--variants", default="", help="comma-separated registry names (default: every variant that "
+                      "runs here, `runs_here`)")
   parser.add_argument("--max_length", type=int, default=16384, help="longest sequence (powers of two from 128)")
   parser.add_argument("--lengths", default="", help="comma-separated lengths instead of 128 ... --max_length")
   parser.add_argument("--batch", type=int, default=1)
@@ -50,7 +50,8 @@ def parse_args(argv=None):
   args = parser.parse_args(argv)
   if args.reps < 1:
     parser.error("--reps must be >= 1")
-  args.variants = args.variants.split(",")
+  args.variants = args.variants.split(",") if args.variants else [
+      name for name in attention.available() if runs_here(name, args)]
   for name in args.variants:
     attention.get(name)  # a KeyError naming the known variants
   user_options = json.loads(args.options)
@@ -64,6 +65,15 @@ def parse_args(argv=None):
   args.lengths = ([int(n) for n in args.lengths.split(",")] if args.lengths else
                   [2**p for p in range(7, 40) if 2**p <= args.max_length])
   return args
+
+
+def runs_here(name: str, args) -> bool:
+  """Whether a variant is built for this backend (a library kernel of another one is not: it would run in the Pallas
+  interpreter, or not at all) and takes this benchmark's call (float32, causal; cuDNN e.g. takes half precision)."""
+  variant = attention.get(name)
+  probe = jax.ShapeDtypeStruct((args.batch, 128, args.heads, args.head_dim), jnp.float32)
+  return ((variant.platforms is None or jax.default_backend() in variant.platforms)
+          and variant.refusal(probe, probe, probe, causal=True) is None)
 
 
 def learned_params(name: str, args) -> dict | None:

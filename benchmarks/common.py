@@ -158,14 +158,14 @@ def time_repeated(fn: Callable[[], object], reps: int, warmup: int = 1) -> Timin
 PEAK_FLOPS = 2 * PEAK_SIZE**3
 
 
-def peak_matmul() -> Callable[[], object]:
-  """The peak probe: a compiled float32 2048x2048 @ 2048x2048 matmul (PEAK_FLOPS), as a no-argument call."""
+def peak_matmul(size: int = PEAK_SIZE, dtype: str = "float32") -> Callable[[], object]:
+  """The peak probe: a compiled `dtype` size x size @ size x size matmul (2 size^3 FLOPs; PEAK_FLOPS by default),
+  as a no-argument call."""
   import jax
-  import jax.numpy as jnp
 
-  a = jax.random.normal(jax.random.PRNGKey(0), (PEAK_SIZE, PEAK_SIZE), jnp.float32)
-  b = jax.random.normal(jax.random.PRNGKey(1), (PEAK_SIZE, PEAK_SIZE), jnp.float32)
-  matmul = jax.jit(jnp.matmul).lower(a, b).compile()
+  a = jax.random.normal(jax.random.PRNGKey(0), (size, size), dtype)
+  b = jax.random.normal(jax.random.PRNGKey(1), (size, size), dtype)
+  matmul = jax.jit(jax.numpy.matmul).lower(a, b).compile()
   return lambda: matmul(a, b)
 
 
@@ -234,7 +234,9 @@ def announce() -> dict:
 
 
 def attention_label(variant: str, shape: Shape, dtype) -> str:
-  """The variant name, with the kernel `auto` picks for `shape`'s (source) length, e.g. 'auto (chunked)'."""
+  """The variant name, with the kernel `auto` picks for the encoder's self-attention (padding as segment ids) at
+  `shape`'s source length, e.g. 'auto (chunked)', 'auto (cudnn/pallas_gpu)' (cuDNN, or the second for batches
+  that are not right padding)."""
   if variant != "auto":
     return variant
   import jax
@@ -242,7 +244,9 @@ def attention_label(variant: str, shape: Shape, dtype) -> str:
   from jformer.attention import auto
 
   probe = jax.ShapeDtypeStruct((shape.batch, shape.source_length, shape.heads, shape.d_model // shape.heads), dtype)
-  return f"auto ({auto.choose(probe, probe)})"
+  ids = jax.ShapeDtypeStruct((shape.batch, shape.source_length), "int32")
+  choice = auto.choose(probe, probe, q_segment_ids=ids, kv_segment_ids=ids)
+  return f"auto ({choice.kernel}{'' if choice.otherwise is None else '/' + choice.otherwise.kernel})"
 
 
 def markdown_table(headers: list[str], rows: list[list]) -> str:

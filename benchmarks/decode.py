@@ -48,6 +48,33 @@ def decode_function(model, method: str):
   return decode
 
 
+def random_inputs(vocab: int):
+  """Source ids `[BATCH, SOURCE_LENGTH]`, random in [1, vocab) (seed 0)."""
+  import jax
+  import numpy as np
+
+  return jax.numpy.asarray(np.random.default_rng(0).integers(1, vocab, (BATCH, SOURCE_LENGTH), dtype=np.int32))
+
+
+def measure(model, params, inputs, method: str, reps: int) -> dict:
+  """Compiles and times one decoding `method` ("beam" or "greedy"); checks every row ran all STEPS steps."""
+  import jax
+  import numpy as np
+
+  from jformer.decode import common as decode_common
+
+  compiled = jax.jit(decode_function(model, method)).lower(params, inputs).compile()
+  ids = np.asarray(compiled(params, inputs))
+  # Every row ran all steps: EOS only as the forced last token.
+  assert ids.shape == (BATCH, STEPS) and (ids[:, :-1] != decode_common.EOS_ID).all() and (
+      ids[:, :-1] != 0).all(), ids
+  timing = common.time_repeated(lambda: compiled(params, inputs), reps)
+  tokens = BATCH * STEPS
+  return {"method": f"beam {BEAM}, alpha {ALPHA}" if method == "beam" else "greedy",
+          "decode_ms": timing.summary(1e3, 1), "output_tokens": tokens, "tokens_per_s": round(tokens / timing.median),
+          "ms_per_step": round(1e3 * timing.median / STEPS, 2)}
+
+
 def main(argv=None):
   common.setup()
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -56,31 +83,19 @@ def main(argv=None):
   common.check_reps(parser, args)
 
   import jax
-  import numpy as np
 
-  from jformer.decode import common as decode_common
   from jformer.models import Transformer
 
   machine = common.announce()
   model_config = common.TINY.model_config()
   model = Transformer(model_config)
-  inputs = jax.numpy.asarray(np.random.default_rng(0).integers(1, common.TINY.vocab, (BATCH, SOURCE_LENGTH),
-                                                                dtype=np.int32))
+  inputs = random_inputs(common.TINY.vocab)
   params = jax.jit(model.init)(jax.random.PRNGKey(0), inputs, inputs[:, :1])["params"]
   rows = []
   for method in ("beam", "greedy"):
-    compiled = jax.jit(decode_function(model, method)).lower(params, inputs).compile()
-    ids = np.asarray(compiled(params, inputs))
-    # Every row ran all steps: EOS only as the forced last token.
-    assert ids.shape == (BATCH, STEPS) and (ids[:, :-1] != decode_common.EOS_ID).all() and (
-        ids[:, :-1] != 0).all(), ids
-    timing = common.time_repeated(lambda: compiled(params, inputs), args.reps)
-    tokens = BATCH * STEPS
-    rows.append({"method": f"beam {BEAM}, alpha {ALPHA}" if method == "beam" else "greedy",
-                 "decode_ms": timing.summary(1e3, 1), "output_tokens": tokens,
-                 "tokens_per_s": round(tokens / timing.median),
-                 "ms_per_step": round(1e3 * timing.median / STEPS, 2)})
-    print(f"{rows[-1]['method']}: {rows[-1]['tokens_per_s']} tokens/s, disturbed reps {timing.disturbed}", flush=True)
+    rows.append(measure(model, params, inputs, method, args.reps))
+    print(f"{rows[-1]['method']}: {rows[-1]['tokens_per_s']} tokens/s, disturbed reps "
+          f"{rows[-1]['decode_ms']['disturbed']}", flush=True)
   print(common.markdown_table(
       ["method", "ms per call median (min-max)", "output tokens", "tokens/s", "ms per step", "disturbed reps"],
       [[r["method"], f"{r['decode_ms']['median']} ({r['decode_ms']['min']}-{r['decode_ms']['max']})",

@@ -6,8 +6,9 @@ are the matmul formula of `common.Shape.forward_flops` x 3; XLA's `cost_analysis
 (XLA counts the body of a while loop once: the output projection runs as a loop over target chunks, see
 `jformer/ops/linear_cross_entropy.py`, so XLA's figure is lower). The peak matmul runs after every timed step
 (interleaved), and each row's MFU divides by the median of those runs: the machine's speed drifts by 10%.
-The default attention is `auto`; every other registered variant that supports the model runs too
-(`flash_pallas` only where it compiles: off CPU), with `AttentionVariant.runnable_options` (its defaults, and its
+The default attention is `auto`; every other registered variant that supports the model runs too (the library
+kernels `cudnn`, `splash`, `pallas_gpu` run inside `auto`: the model refuses them as `model.attention`, they run
+no decode steps), with `AttentionVariant.runnable_options` (its defaults, and its
 `example_options` value for an option it requires); a variant with learned parameters gets them from the model.
 
     python benchmarks/train_step.py                      # TINY and BASE, every variant (about 15 minutes)
@@ -36,23 +37,21 @@ def parse_args(argv=None):
 
 def variants_to_run(requested: str) -> list[tuple[str, str]]:
   """(variant, reason to skip or '') in order: the default first."""
-  import jax
-
   from jformer import attention
 
   names = requested.split(",") if requested else ["auto"] + [n for n in attention.available() if n != "auto"]
   rows = []
   for name in names:
-    attention.get(name)  # a KeyError naming the known variants.
-    skip = ""
-    if name == "flash_pallas" and jax.default_backend() == "cpu" and not requested:
-      skip = "Pallas interpreter on CPU: a correctness path, not a fast one"
+    variant = attention.get(name)  # a KeyError naming the known variants.
+    skip = "" if "decode" in variant.supports else "a library kernel: the model runs it inside 'auto' only"
     rows.append((name, skip))
   return rows
 
 
-def measure(shape: common.Shape, variant: str, reps: int, probe) -> dict:
-  """Compiles and times the train step of `shape` with attention `variant`."""
+def measure(shape: common.Shape, variant: str, reps: int, probe, peak_flops: int = common.PEAK_FLOPS,
+            **model_overrides) -> dict:
+  """Compiles and times the train step of `shape` with attention `variant` (and `model_overrides` of its model
+  config, e.g. dtype); MFU against `probe`, a call of `peak_flops` FLOPs timed between the steps."""
   import jax
 
   from jformer import attention
@@ -61,7 +60,8 @@ def measure(shape: common.Shape, variant: str, reps: int, probe) -> dict:
   from jformer.train import optim, state as state_lib, step as step_lib
 
   model_config = shape.model_config(attention=variant,
-                                    attention_options=tuple(sorted(attention.get(variant).runnable_options().items())))
+                                    attention_options=tuple(sorted(attention.get(variant).runnable_options().items())),
+                                    **model_overrides)
   model_config.validate()
   model = Transformer(model_config)
   tx, schedule = optim.build_optimizer(config_lib.base_config().optimizer, shape.d_model)
@@ -83,9 +83,9 @@ def measure(shape: common.Shape, variant: str, reps: int, probe) -> dict:
           "tokens_per_s": round(tokens / timing.median), "model_gflop": round(shape.train_flops() / 1e9, 1),
           "xla_gflop": round((common.xla_flops(compiled) or 0) / 1e9, 1),
           "model_gflop_per_s": round(shape.train_flops() / timing.median / 1e9, 1),
-          "peak_gflop_per_s": round(common.PEAK_FLOPS / peak_timing.median / 1e9, 1),
+          "peak_gflop_per_s": round(peak_flops / peak_timing.median / 1e9, 1),
           "peak_ms": peak_timing.summary(1e3),
-          "mfu": round(shape.train_flops() / timing.median / (common.PEAK_FLOPS / peak_timing.median), 3)}
+          "mfu": round(shape.train_flops() / timing.median / (peak_flops / peak_timing.median), 3)}
 
 
 def main(argv=None):

@@ -10,7 +10,9 @@ checked by tests/test_layers.py):
                                            (name -> pure function, its parameters declared)
   ops/                                     pure jax.numpy functions (attention, masks, positional encodings,
                                            losses) and the special token ids
-  registry, runtime                        nothing of jformer: the plug-in Registry; process settings
+  registry, runtime, paths, text           nothing of jformer: the plug-in Registry; process settings; a run's
+                                           files through etils.epath (local folders and gs:// alike); UTF-8
+                                           lines with errors naming the line
 """
 
 __version__ = "0.1.0"

@@ -16,9 +16,20 @@ import pathlib
 from typing import Any, Mapping
 
 import ml_collections
+from etils import epath
 
 # Groups whose keys are not fixed in advance (the chosen variant validates them).
 OPEN_GROUPS = ("model.attention_options", "model.positional_options")
+
+# Dotted keys (or prefixes ending in '.') a run cannot change once trained: its parameters were made for the model,
+# its vocabulary for the tokenizer settings, and its checkpoints hold a position in the data (dataset, corpus,
+# languages, row length, packing, batch and shuffle seed). Resuming or loading a run with another value is refused
+# (`check_same_run`); every other key (steps, intervals, optimizer, eval, decode, parallel, logging) may change.
+RUN_KEYS = ("model.", "data.dataset", "data.path", "data.source_lang", "data.target_lang", "data.vocab_path",
+            "data.spm_max_sentences", "data.max_length", "data.long_examples", "data.packing", "data.batch_size",
+            "data.seed")
+# Keys under RUN_KEYS that change neither the parameters nor the data: they may change on resume.
+RUN_KEYS_EXCEPT = ("model.dropout_rate", "model.attention_dropout_rate", "model.remat", "model.dtype")
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -103,7 +114,7 @@ def base_config() -> ml_collections.ConfigDict:
   decode.beam_size = 4  # Paper: 4.
   decode.alpha = 0.6  # Length penalty ((5 + len) / 6)^alpha (paper: 0.6).
   decode.max_extra_length = 50  # Output length limit = source length + this (paper: 50).
-  decode.batch_size = 32  # Sentences decoded together.
+  decode.batch_size = 32  # Sentences decoded together, split across all devices (rounded up to a multiple of them).
   decode.temperature = 1.0  # Sampling only.
   decode.top_k = 0  # Sampling only; 0 = off.
   decode.top_p = 1.0  # Sampling only; 1 = off.
@@ -125,23 +136,53 @@ def load(path: str | pathlib.Path, overrides: Mapping[str, Any] | None = None) -
   return config
 
 
-def load_run(workdir: str | pathlib.Path, overrides: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
-  """The resolved config a training run wrote to `<workdir>/config.json`, with `overrides` applied.
+def load_run(workdir: epath.PathLike, overrides: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
+  """The resolved config a training run wrote to `<workdir>/config.json` (local or gs://...), with `overrides` applied.
 
   The file is read over `base_config()`, so runs written before a field existed get that field's default, and
   fields that have moved since are read where they are now (`_moved_fields`).
+  Overrides of the keys that define the run (`RUN_KEYS`) are refused, naming them (`check_same_run`).
   """
-  path = pathlib.Path(workdir) / "config.json"
+  path = epath.Path(workdir) / "config.json"
   if not path.is_file():
     raise FileNotFoundError(f"{path} does not exist: is '{workdir}' the --workdir of a `jformer train` run?")
-  config = base_config()
   written = _moved_fields(_flatten_dict(json.loads(path.read_text())))
-  for dotted_key, value in {**written, **(overrides or {})}.items():
-    set_value(config, dotted_key, value)
+  config = _from_values({**written, **(overrides or {})})
+  check_same_run(_from_values(written), config, f"the run in {workdir}", "drop those --config overrides")
   import_plugins(config.imports)
   validate(config)
   config.lock()
   return config
+
+
+def _from_values(values: Mapping[str, Any]) -> ml_collections.ConfigDict:
+  """`base_config()` with `{dotted_key: value}` set."""
+  config = base_config()
+  for dotted_key, value in values.items():
+    set_value(config, dotted_key, value)
+  return config
+
+
+def changed_keys(old: ml_collections.ConfigDict, new: ml_collections.ConfigDict) -> dict[str, tuple[Any, Any]]:
+  """`{dotted_key: (old value, new value)}` of the leaves that differ, compared as written to config.json (JSON)."""
+  old, new = (_flatten_dict(json.loads(c.to_json_best_effort())) for c in (old, new))
+  return {key: (old.get(key), new.get(key)) for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)}
+
+
+def check_same_run(run: ml_collections.ConfigDict, config: ml_collections.ConfigDict, where: str, fix: str) -> dict:
+  """Refuses `config` for the trained `run` if a key that defines the run (`RUN_KEYS`) differs; returns the other
+  differing keys (`changed_keys`), which may change.
+
+  Raises:
+    ValueError: naming every differing run key with both values, where the run is, and `fix`.
+  """
+  changed = changed_keys(run, config)
+  defining = [key for key in changed if key.startswith(RUN_KEYS) and not key.startswith(RUN_KEYS_EXCEPT)]
+  if defining:
+    differ = "; ".join(f"{key}={changed[key][1]!r} (the run has {changed[key][0]!r})" for key in defining)
+    raise ValueError(f"{where} was trained with other values of keys that define its parameters, vocabulary or "
+                     f"data: {differ}; {fix}")
+  return changed
 
 
 _IMPORTED_PLUGINS: dict[str, Any] = {}
@@ -166,8 +207,8 @@ def import_plugins(imports: str) -> list:
         try:
           _IMPORTED_PLUGINS[key] = importlib.import_module(name)
         except ModuleNotFoundError as e:
-          raise ModuleNotFoundError(f"config.imports: no module '{name}' ({e}); give a module on the Python path "
-                                    "or a file path ending in .py") from None
+          raise ValueError(f"config.imports: no module '{name}' ({e}); give a module on the Python path "
+                           "or a file path ending in .py") from None
     modules.append(_IMPORTED_PLUGINS[key])
   return modules
 
@@ -219,12 +260,22 @@ def set_value(config: ml_collections.ConfigDict, dotted_key: str, value: Any) ->
     node[leaf] = _convert(value, node[leaf], dotted_key)
 
 
+# Counts, sizes and intervals, with their least value (a run with train.steps=-3 would do nothing and exit 0).
+AT_LEAST = {"train.steps": 1, "train.grad_accumulation_steps": 1, "train.log_every": 1, "train.eval_every": 1,
+            "train.checkpoint_every": 1, "train.keep_checkpoints": 1, "train.bleu_every": 0,
+            "train.skip_nonfinite_updates": 0, "train.average_checkpoints": 0, "data.batch_size": 1,
+            "data.eval_batch_size": 1, "decode.batch_size": 1, "decode.beam_size": 1}
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
   """Fails with the reason on combinations that cannot run (d_model % heads, unknown variants, ...)."""
   from jformer import models  # Validation of the model section lives with the model.
 
   models.build(config)
-  problems = []
+  flat = flatten(config)
+  problems = [f"{key}={flat[key]} must be at least {least}" for key, least in AT_LEAST.items() if flat[key] < least]
+  if problems:  # the checks below divide by some of these.
+    raise ValueError("invalid config: " + "; ".join(problems))
   if config.data.long_examples not in ("drop", "truncate"):
     problems.append(f"data.long_examples='{config.data.long_examples}' is not 'drop' or 'truncate'")
   if config.data.max_length > config.model.max_length:
@@ -232,8 +283,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.data.batch_size % config.train.grad_accumulation_steps:
     problems.append(f"data.batch_size={config.data.batch_size} is not divisible by "
                     f"train.grad_accumulation_steps={config.train.grad_accumulation_steps}")
-  if config.train.skip_nonfinite_updates < 0:
-    problems.append(f"train.skip_nonfinite_updates={config.train.skip_nonfinite_updates} is negative")
   if config.train.average_checkpoints > config.train.keep_checkpoints:
     problems.append(f"train.average_checkpoints={config.train.average_checkpoints} needs train.keep_checkpoints "
                     f">= it (now {config.train.keep_checkpoints})")
@@ -263,7 +312,11 @@ def import_file(file: str | pathlib.Path, kind: str, example: str):
     raise FileNotFoundError(f"{kind} file '{file}' does not exist (pass e.g. {example})")
   spec = importlib.util.spec_from_file_location(f"jformer_{kind}_{file.stem}", file)
   module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
+  try:
+    spec.loader.exec_module(module)
+  except SyntaxError as e:
+    raise ValueError(f"{kind} file '{file}' does not parse: line {e.lineno}: {e.msg} (fix the Python syntax there)"
+                     ) from e
   return module
 
 
@@ -272,7 +325,8 @@ def _read(path) -> ml_collections.ConfigDict:
   file = pathlib.Path(path_str)
   module = import_file(file, "config", "--config=configs/demo.py")
   if not hasattr(module, "get_config"):
-    raise AttributeError(f"config file '{file}' defines no get_config()")
+    raise ValueError(f"config file '{file}' defines no get_config(): add `def get_config():` returning a ConfigDict "
+                     "(see configs/demo.py)")
   config = module.get_config(arg) if arg else module.get_config()
   if not isinstance(config, ml_collections.ConfigDict):
     raise TypeError(f"get_config() of '{file}' returned {type(config).__name__}, not a ConfigDict")
@@ -316,7 +370,7 @@ def _is_literal(text: str) -> bool:
 def _convert(value: Any, current: Any, dotted_key: str) -> Any:
   """Converts a command-line string to the type of the current value (bool, int, float, str, tuple...)."""
   if isinstance(current, ml_collections.ConfigDict):
-    if isinstance(value, str):
+    if isinstance(value, str) and _is_literal(value):
       value = ast.literal_eval(value)
     if not isinstance(value, Mapping):
       raise TypeError(f"config key '{dotted_key}' is a group; give a dict, e.g. \"{{'chunk_size': 128}}\"")
@@ -330,12 +384,13 @@ def _convert(value: Any, current: Any, dotted_key: str) -> Any:
     converted = lowered in ("true", "1")
   else:
     converted = ast.literal_eval(value) if _is_literal(value) else value
+  example = f"give e.g. {dotted_key}={current!r}"
   if isinstance(current, bool) != isinstance(converted, bool) and current is not None:
-    raise TypeError(f"config key '{dotted_key}' is a {type(current).__name__}; got {converted!r}")
+    raise TypeError(f"config key '{dotted_key}' is a {type(current).__name__}; got {converted!r}: {example}")
   if isinstance(current, float) and isinstance(converted, int):
     converted = float(converted)
   if current is not None and not isinstance(converted, type(current)) and not (
       isinstance(current, (tuple, list)) and isinstance(converted, (tuple, list))):
     raise TypeError(f"config key '{dotted_key}' is a {type(current).__name__}; got {converted!r} "
-                    f"({type(converted).__name__})")
+                    f"({type(converted).__name__}): {example}")
   return converted

@@ -11,7 +11,9 @@
     jformer positional list
     jformer visualize-attention --workdir=runs/demo --text "Save the file." [--out=runs/demo/attention]
 
-Config overrides are `--config.<dotted.key>=<value>` after the sub-command.
+Config overrides are `--config.<dotted.key>=<value>` after the sub-command. Every sub-command takes `--verbose`
+(the traceback of an error, not just its one line). Exit codes (docs/reliability.md): 0 done (a preempted run too),
+1 the command failed on its input (config, data, workdir) or a fault, 2 a command-line usage error.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ def command(name: str, help_text: str):
 
 def _train_arguments(parser):
   parser.add_argument("--config", required=True, help="config file, e.g. configs/demo.py")
-  parser.add_argument("--workdir", required=True, help="run folder: checkpoints, logs, results (resumed if present)")
-  parser.add_argument("--verbose", action="store_true", help="show the traceback of an error, not just its message")
+  parser.add_argument("--workdir", required=True,
+                      help="run folder, local or gs://bucket/run: checkpoints, logs, results (resumed if present)")
 
 
 @command("train", "train and evaluate a config (resumes from the workdir's checkpoints)")
@@ -57,8 +59,8 @@ train.add_arguments = _train_arguments
 
 def _translate_arguments(parser):
   parser.add_argument("--workdir", required=True, help="the --workdir of a training run")
-  parser.add_argument("--input", default="-", help="file of source lines ('-' = stdin)")
-  parser.add_argument("--output", default="-", help="file for the translations ('-' = stdout)")
+  parser.add_argument("--input", default="-", help="file of source lines, local or gs://... ('-' = stdin)")
+  parser.add_argument("--output", default="-", help="file for the translations, local or gs://... ('-' = stdout)")
   parser.add_argument("--checkpoint", default="auto",
                       help="'auto' (averaged if present, else latest), 'averaged', 'latest' or a step number")
 
@@ -66,26 +68,26 @@ def _translate_arguments(parser):
 @command("translate", "translate source lines (stdin or --input) with a trained run")
 def translate(args, overrides):
   import jax
+  from etils import epath
 
   from jformer import checkpoint
   from jformer import config as config_lib
   from jformer import data, models
-  from jformer.decode.translator import make_translator
+  from jformer.decode.translator import make_translator, source_lines
 
   _quiet_logs()
   config = config_lib.load_run(args.workdir, overrides)
+  lines = (source_lines(sys.stdin.buffer.read(), "stdin") if args.input == "-"
+           else source_lines(epath.Path(args.input).read_bytes(), args.input))
   model = models.build(config)
   params = checkpoint.load_run_params(args.workdir, args.checkpoint)
   translator = make_translator(config, model, params, data.load_tokenizer(config, args.workdir))
-  source = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")
-  lines = [line.rstrip("\n") for line in source]
   outputs = translator(lines, rng=jax.random.PRNGKey(config.train.seed))
   text = "".join(out + "\n" for out in outputs)
   if args.output == "-":
     sys.stdout.write(text)
   else:
-    with open(args.output, "w", encoding="utf-8") as f:
-      f.write(text)
+    epath.Path(args.output).write_text(text, encoding="utf-8")
 
 
 translate.add_arguments = _translate_arguments
@@ -99,7 +101,10 @@ def _average_arguments(parser):
 @command("average-checkpoints", "write the mean parameters of the last N checkpoints to <workdir>/averaged")
 def average_checkpoints(args, overrides):
   from jformer import checkpoint
+  from jformer import config as config_lib
 
+  _quiet_logs()
+  config_lib.load_run(args.workdir, overrides)  # refuses overrides that do not fit the run, as on every command.
   params, steps = checkpoint.average_params(checkpoint.checkpoints_dir(args.workdir), last=args.last)
   path = checkpoint.averaged_dir(args.workdir)
   checkpoint.save_params(path, params, overwrite=True)
@@ -110,10 +115,12 @@ average_checkpoints.add_arguments = _average_arguments
 
 
 def _quiet_logs():
-  """Keeps the console for progress lines: absl INFO and tfds progress bars off unless --verbosity asks."""
+  """Keeps the console for progress lines: absl INFO and tfds progress bars off unless --verbosity asks, and no
+  warning from Orbax that a checkpoint directory opened read-only (to translate, average) is read-only."""
   from absl import logging
 
   logging.set_verbosity(logging.WARNING)
+  logging.get_absl_logger().addFilter(lambda record: not record.getMessage().startswith("Given directory is read only"))
   import tensorflow_datasets as tfds
 
   tfds.disable_progress_bar()
@@ -204,9 +211,8 @@ def _visualize_arguments(parser):
 @command("visualize-attention", "plot attention maps (encoder self, decoder self, cross; per layer and head) of a "
          "sentence and its translation")
 def visualize_attention(args, overrides):
-  import os
-
   import jax
+  from etils import epath
 
   from jformer import checkpoint
   from jformer import config as config_lib
@@ -218,7 +224,7 @@ def visualize_attention(args, overrides):
   maps = visualize.attention_maps(config, model, checkpoint.load_run_params(args.workdir, args.checkpoint),
                                   data.load_tokenizer(config, args.workdir), args.text,
                                   rng=jax.random.PRNGKey(config.train.seed))
-  out = args.out or os.path.join(args.workdir, "attention")
+  out = args.out or epath.Path(args.workdir) / "attention"
   paths = visualize.write_attention_maps(maps, out)
   print(f"{args.text}\n-> {maps.translation}\nsource pieces: {' '.join(maps.source)}\n"
         f"target pieces: {' '.join(maps.target)}\nwrote {len(paths)} attention maps and attention.npz to {out}")
@@ -241,7 +247,10 @@ def parse(argv):
       epilog="Config values are overridden with --config.<key>=<value>, e.g. --config.model.num_heads=16.")
   sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
   for name, (fn, help_text) in COMMANDS.items():
-    fn.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+    fn.add_arguments(sub_parser)
+    sub_parser.add_argument("--verbose", action="store_true",
+                            help="show the traceback of an error, not just its message")
   for name, (_, help_text) in DELEGATED.items():
     sub.add_parser(name, help=help_text, add_help=False)
   args, rest = parser.parse_known_args(argv)

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import matplotlib
 import numpy as np
 import sentencepiece as spm
+from etils import epath
 
 from jformer.decode.translator import make_translator, translate_ids
 from jformer.ops.tokens import EOS_ID
@@ -117,22 +118,25 @@ def plot_heads(weights_HxTxS: np.ndarray, rows: list[str], columns: list[str], *
       ax.set_ylabel(row_name, fontsize=8)
   fig.suptitle(title, fontsize=10)
   fig.colorbar(image, ax=axes, shrink=0.8, label="attention weight")
-  fig.savefig(path, dpi=110)
+  with epath.Path(path).open("wb") as f:
+    fig.savefig(f, format="png", dpi=110)
   plt.close(fig)
 
 
-def write_attention_maps(maps: AttentionMaps, out_dir: str) -> list[str]:
-  """Writes `{kind}_layer{i}.png` for every kind and layer, and `attention.npz`; returns the PNG paths."""
-  os.makedirs(out_dir, exist_ok=True)
+def write_attention_maps(maps: AttentionMaps, out_dir: epath.PathLike) -> list[str]:
+  """Writes `{kind}_layer{i}.png` for every kind and layer, and `attention.npz`, into `out_dir` (a local folder or
+  any `etils.epath` path, e.g. gs://); returns the PNG paths."""
+  out_dir = epath.Path(out_dir)
+  out_dir.mkdir(parents=True, exist_ok=True)
   paths, arrays = [], {}
   for kind, (what, row_name, column_name) in KINDS.items():
     rows, columns = maps.axes(kind)
     for i, weights in enumerate(maps.weights[kind]):
       name = f"{kind}_layer{i}"
       arrays[name] = weights
-      paths.append(os.path.join(out_dir, f"{name}.png"))
+      paths.append(os.fspath(out_dir / f"{name}.png"))
       plot_heads(weights, rows, columns, title=f"{what}, layer {i}\n{maps.text}  ->  {maps.translation}",
                  row_name=row_name, column_name=column_name, path=paths[-1])
-  np.savez(os.path.join(out_dir, "attention.npz"), source=np.array(maps.source), target=np.array(maps.target),
-           **arrays)
+  with (out_dir / "attention.npz").open("wb") as f:
+    np.savez(f, source=np.array(maps.source), target=np.array(maps.target), **arrays)
   return paths

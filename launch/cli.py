@@ -64,10 +64,12 @@ def main(argv: list[str] | None = None) -> int:
       settings = tpu_vm.settings(sweep, name=args.tpu_name, zone=args.zone, accelerator_type=args.accelerator_type)
       failed = tpu_vm.run(sweep, args.root, settings, dry_run=args.dry_run)
   except (sweep_lib.SweepError, ValueError) as e:
-    return _error(str(e))
+    return _error(str(e), status=1)
   return 1 if failed else 0
 
 
-def _error(message: str) -> int:
+def _error(message: str, status: int = 2) -> int:
+  """Prints the one-line error; returns `status`: 2 for flags that do not go together (usage), 1 for a sweep file,
+  point or backend setting that is wrong (input), as `jformer` does (docs/reliability.md)."""
   print(f"launch: error: {message}", file=sys.stderr)
-  return 2
+  return status

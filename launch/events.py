@@ -6,18 +6,16 @@ endian. A record cut short or failing its checksum (a file still being written) 
 
 from __future__ import annotations
 
-import glob
-import os
 import struct
 
+from etils import epath
 from tensorboardX.proto import event_pb2
 from tensorboardX.record_writer import masked_crc32c
 
 
-def records(path: str):
-  """The data of each complete, intact record of a TFRecord file."""
-  with open(path, "rb") as f:
-    content = f.read()
+def records(path: epath.PathLike):
+  """The data of each complete, intact record of a TFRecord file (local or any `etils.epath` path, e.g. gs://)."""
+  content = epath.Path(path).read_bytes()
   offset = 0
   while offset + 12 <= len(content):
     header = content[offset:offset + 8]
@@ -33,13 +31,13 @@ def records(path: str):
     offset = end + 4
 
 
-def scalars(logdir: str) -> dict[str, list[tuple[int, float]]]:
+def scalars(logdir: epath.PathLike) -> dict[str, list[tuple[int, float]]]:
   """`{tag: [(step, value), ...]}` sorted by step over every event file in `logdir`.
 
   A resumed run adds a new event file and may log a step again: the later file's value wins.
   """
   by_tag: dict[str, dict[int, float]] = {}
-  for path in sorted(glob.glob(os.path.join(logdir, "events.out.tfevents.*"))):
+  for path in sorted(epath.Path(logdir).glob("events.out.tfevents.*"), key=lambda p: p.name):
     for data in records(path):
       event = event_pb2.Event.FromString(data)
       for value in event.summary.value:

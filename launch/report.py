@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import os
 import sys
+
+from etils import epath
 
 from launch import events, runs
 from launch import sweep as sweep_lib
@@ -29,7 +32,7 @@ def collect(sweep: sweep_lib.Sweep, root: str) -> tuple[list[dict], dict[str, di
   rows, curves = [], {}
   for point in sweep.points:
     workdir = sweep.workdir(root, point)
-    curves[point.name] = events.scalars(os.path.join(workdir, "tensorboard"))
+    curves[point.name] = events.scalars(epath.Path(workdir) / "tensorboard")
     values = sweep.swept_values(point)
     row = {"point": point.name, **{key: values.get(key, "") for key in sweep.keys},
            "status": runs.status(workdir, point.steps)}
@@ -62,19 +65,20 @@ def markdown(rows: list[dict]) -> str:
   return "\n".join(lines) + "\n"
 
 
-def write_csv(rows: list[dict], path: str):
-  with open(path, "w", newline="") as f:
-    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-    writer.writeheader()
-    for row in rows:
-      writer.writerow({k: "" if v is None else v if _is_number(v) else sweep_lib.cli_value(v) for k, v in row.items()})
+def write_csv(rows: list[dict], path: epath.PathLike):
+  text = io.StringIO(newline="")
+  writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+  writer.writeheader()
+  for row in rows:
+    writer.writerow({k: "" if v is None else v if _is_number(v) else sweep_lib.cli_value(v) for k, v in row.items()})
+  epath.Path(path).write_bytes(text.getvalue().encode("utf-8"))
 
 
 def _is_number(value) -> bool:
   return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def plot(curves: dict[str, dict], path: str, title: str):
+def plot(curves: dict[str, dict], path: epath.PathLike, title: str):
   """Train and eval loss against step, one line per point, as a PNG."""
   import matplotlib
 
@@ -97,21 +101,23 @@ def plot(curves: dict[str, dict], path: str, title: str):
       ax.text(0.5, 0.5, "no data yet", ha="center", va="center", transform=ax.transAxes)
   figure.suptitle(title)
   figure.tight_layout()
-  figure.savefig(path, dpi=100)
+  with epath.Path(path).open("wb") as f:
+    figure.savefig(f, format="png", dpi=100)
   plt.close(figure)
 
 
 def write(sweep: sweep_lib.Sweep, root: str) -> tuple[str, dict[str, str]]:
-  """Writes report.md, report.csv and curves.png into `<root>/<sweep>/`; returns (markdown table, paths)."""
+  """Writes report.md, report.csv and curves.png into `<root>/<sweep>/` (local or gs://...); returns (markdown
+  table, paths)."""
   rows, curves = collect(sweep, root)
-  folder = os.path.join(root, sweep.name)
-  os.makedirs(folder, exist_ok=True)
-  paths = {name: os.path.join(folder, name) for name in ("report.md", "report.csv", "curves.png")}
+  folder = epath.Path(root) / sweep.name
+  folder.mkdir(parents=True, exist_ok=True)
+  paths = {name: os.fspath(folder / name) for name in ("report.md", "report.csv", "curves.png")}
   table = markdown(rows)
   write_csv(rows, paths["report.csv"])
   plot(curves, paths["curves.png"], f"sweep {sweep.name} ({sweep.base})")
-  with open(paths["report.md"], "w") as f:
-    f.write(f"# Sweep `{sweep.name}` on `{sweep.base}`\n\n{table}\n![learning curves](curves.png)\n")
+  epath.Path(paths["report.md"]).write_text(
+      f"# Sweep `{sweep.name}` on `{sweep.base}`\n\n{table}\n![learning curves](curves.png)\n")
   return table, paths
 
 
@@ -119,13 +125,13 @@ def main(argv: list[str] | None = None) -> int:
   """`python -m launch.report` (also `jformer sweep-report`): prints the table, writes the files."""
   parser = argparse.ArgumentParser(prog="python -m launch.report", description=__doc__.split("\n")[0])
   parser.add_argument("--sweep", required=True, help="sweep file, e.g. configs/sweeps/attention_variants.py")
-  parser.add_argument("--root", default="runs", help="folder holding <sweep>/<point>/ workdirs")
+  parser.add_argument("--root", default="runs", help="folder holding <sweep>/<point>/ workdirs (local or gs://...)")
   args = parser.parse_args(argv)
   try:
     sweep = sweep_lib.load(args.sweep)
   except sweep_lib.SweepError as e:
     print(f"launch.report: error: {e}", file=sys.stderr)
-    return 2
+    return 1
   table, paths = write(sweep, args.root)
   print(table, end="")
   print(f"\nwrote {', '.join(paths.values())}")

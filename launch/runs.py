@@ -1,29 +1,47 @@
 """A sweep point's workdir: its status, its results, and running its commands with the output in launch.log.
 
-Every backend leaves the same files in `<root>/<sweep>/<point>/`: `launch.log` (the output of the run) and,
-once the run's command has ended, `exit_code`; the training run itself writes `results.json` at the end.
+Every backend leaves the same files in `<root>/<sweep>/<point>/`: `launch.log` (the output of the run),
+`running.json` while it runs (host, pid and a heartbeat time rewritten every HEARTBEAT_S seconds) and, once the
+run's command has ended, `exit_code`; the training run itself writes `results.json` at the end. A point whose
+command was killed (SIGKILL, OOM killer) or lost with its node never writes `exit_code`: `status` tells it from
+a running one by its pid on this host, or by a heartbeat older than LOST_AFTER_S on another.
+The workdir is a local folder or any `etils.epath` path (gs://bucket/sweep/point).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
+import pathlib
 import shlex
+import socket
 import subprocess
+import tempfile
+import threading
+import time
+from typing import IO, Iterator
+
+from etils import epath
+
+from jformer import paths
 
 LOG = "launch.log"
 EXIT_CODE = "exit_code"
 RESULTS = "results.json"
+RUNNING_RECORD = "running.json"
+HEARTBEAT_S = 60  # A running point rewrites its running.json this often.
+LOST_AFTER_S = 600  # A point on another host whose heartbeat is older than this is lost (its node died).
 
-DONE, RUNNING, STOPPED, FAILED, NOT_STARTED = "done", "running", "stopped", "failed", "not started"
+DONE, RUNNING, STOPPED, FAILED, KILLED, LOST, NOT_STARTED = (
+    "done", "running", "stopped", "failed", "killed", "lost", "not started")
 
 
 def read_results(workdir: str) -> dict | None:
   """`<workdir>/results.json`, or None if the run has not finished (or the file is unreadable)."""
   try:
-    with open(os.path.join(workdir, RESULTS)) as f:
-      return json.load(f)
+    return json.loads((epath.Path(workdir) / RESULTS).read_text())
   except (FileNotFoundError, json.JSONDecodeError):
     return None
 
@@ -31,41 +49,140 @@ def read_results(workdir: str) -> dict | None:
 def exit_code(workdir: str) -> int | None:
   """The exit status the point's last command ended with; None while it runs or before it started."""
   try:
-    with open(os.path.join(workdir, EXIT_CODE)) as f:
-      return int(f.read().strip())
+    return int((epath.Path(workdir) / EXIT_CODE).read_text().strip())
   except (FileNotFoundError, ValueError):
     return None
 
 
-def status(workdir: str, steps: int) -> str:
-  """done (results at `steps`), failed (non-zero exit), stopped (exited 0 before the end, e.g. SIGTERM),
-  running (a log but no exit status yet: running, queued, or killed without a chance to record it), or
-  not started."""
+def read_running(workdir: str) -> dict | None:
+  """`<workdir>/running.json` ({"host", "pid", "heartbeat": unix time, ...}), or None if absent or unreadable."""
+  try:
+    return json.loads((epath.Path(workdir) / RUNNING_RECORD).read_text())
+  except (FileNotFoundError, json.JSONDecodeError):
+    return None
+
+
+def write_running(workdir: epath.PathLike, pid: int) -> None:
+  """Records that `pid` on this host runs the point's command, with the current time as its heartbeat."""
+  record = {"host": socket.gethostname(), "pid": pid, "heartbeat": time.time()}
+  paths.write_atomically(epath.Path(workdir) / RUNNING_RECORD, json.dumps(record) + "\n")
+
+
+def to_launch(workdir: str, steps: int) -> bool:
+  """Whether a (re)launch should start the point: not done, and not running under a running.json of its own
+  (a killed, lost, failed or stopped point resumes from its latest checkpoint)."""
+  state = status(workdir, steps)
+  return state != DONE and not (state == RUNNING and read_running(workdir) is not None)
+
+
+def status(workdir: str, steps: int, *, now: float | None = None) -> str:
+  """done (results at `steps`), failed (non-zero exit), stopped (exited 0 before the end, e.g. SIGTERM), running,
+  killed (ended by a signal, or no exit status and its recorded pid is gone from this host: SIGKILL, OOM killer,
+  scancel), lost (no exit status and, on another host, a SLURM job that squeue no longer lists or no heartbeat for
+  LOST_AFTER_S seconds: its node died), or not started. A log with no exit status and no running.json (from a
+  launcher before heartbeats) counts as running."""
   results = read_results(workdir)
   if results is not None and results.get("step", 0) >= steps:
     return DONE
   code = exit_code(workdir)
   if code is not None:
-    return STOPPED if code == 0 else FAILED
-  return RUNNING if os.path.exists(os.path.join(workdir, LOG)) else NOT_STARTED
+    return STOPPED if code == 0 else KILLED if code < 0 else FAILED
+  record = read_running(workdir)
+  if record is not None:
+    if record.get("host") == socket.gethostname():
+      return RUNNING if _alive(int(record["pid"])) else KILLED
+    if "slurm_job" in record and _slurm_job_gone(record["slurm_job"]):
+      return LOST
+    age = (time.time() if now is None else now) - float(record.get("heartbeat", 0))
+    return LOST if age > LOST_AFTER_S else RUNNING
+  return RUNNING if (epath.Path(workdir) / LOG).exists() else NOT_STARTED
 
 
-def run_logged(commands: list[list[str]], workdir: str) -> int:
+def _slurm_job_gone(job: str) -> bool:
+  """Whether SLURM says job `job` (`<array job>_<task>`) has left the queue; False when squeue is not on PATH
+  here or does not answer (the heartbeat decides then)."""
+  try:
+    queued = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True, timeout=30)
+  except (FileNotFoundError, subprocess.TimeoutExpired):
+    return False
+  if queued.returncode:
+    return "Invalid job id" in queued.stderr
+  return not queued.stdout.strip()
+
+
+def _alive(pid: int) -> bool:
+  """Whether process `pid` exists on this host (a zombie, already ended, counts as gone)."""
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # Another user's process.
+    return True
+  try:
+    return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+  except (FileNotFoundError, IndexError):  # No /proc (macOS): os.kill's answer stands.
+    return True
+
+
+def run_logged(commands: list[list[str]], workdir: epath.PathLike) -> int:
   """Runs `commands` one after another, stopping at the first that fails, with their output appended to
-  `<workdir>/launch.log`; records the exit status in `<workdir>/exit_code` and returns it."""
-  os.makedirs(workdir, exist_ok=True)
-  code_path = os.path.join(workdir, EXIT_CODE)
-  if os.path.exists(code_path):
-    os.remove(code_path)
+  `<workdir>/launch.log`; records the exit status in `<workdir>/exit_code` and returns it. While a command runs,
+  `<workdir>/running.json` holds this host, the command's pid and a heartbeat rewritten every HEARTBEAT_S s."""
+  workdir = epath.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  (workdir / EXIT_CODE).unlink(missing_ok=True)
   code = 0
-  with open(os.path.join(workdir, LOG), "a") as log:
+  with _appended(workdir / LOG) as log:
     for command in commands:
       log.write(f"=== {datetime.datetime.now().isoformat(timespec='seconds')} {shlex.join(command)}\n")
       log.flush()
-      code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL).returncode
+      process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+      with _heartbeat(workdir, process):
+        code = process.wait()
       if code:
         log.write(f"=== exit status {code}\n")
         break
-  with open(code_path, "w") as f:
-    f.write(f"{code}\n")
+  paths.write_atomically(workdir / EXIT_CODE, f"{code}\n")
+  (workdir / RUNNING_RECORD).unlink(missing_ok=True)
   return code
+
+
+@contextlib.contextmanager
+def _heartbeat(workdir: epath.Path, process: subprocess.Popen) -> Iterator[None]:
+  """Writes running.json for `process` now and every HEARTBEAT_S seconds until the block ends."""
+  write_running(workdir, process.pid)
+  stop = threading.Event()
+
+  def beat():
+    while not stop.wait(HEARTBEAT_S):
+      write_running(workdir, process.pid)
+
+  thread = threading.Thread(target=beat, daemon=True)
+  thread.start()
+  try:
+    yield
+  finally:
+    stop.set()
+    thread.join()
+
+
+@contextlib.contextmanager
+def _appended(path: epath.Path) -> Iterator[IO[str]]:
+  """`path` opened for appending. An object store (gs://) has no appends and gives a subprocess no file to write
+  to: there the output goes to a local temporary file, and `path` is written whole at the start (so the point
+  shows as running) and again at the end."""
+  if paths.is_local(path):
+    with open(path, "a") as log:
+      yield log
+    return
+  previous = path.read_bytes() if path.exists() else b""
+  path.write_bytes(previous)
+  fd, local = tempfile.mkstemp(suffix=f"-{LOG}")
+  os.close(fd)
+  try:
+    pathlib.Path(local).write_bytes(previous)
+    with open(local, "a") as log:
+      yield log
+  finally:
+    path.write_bytes(pathlib.Path(local).read_bytes())
+    os.remove(local)

@@ -127,7 +127,7 @@ def load(path: str | os.PathLike) -> Sweep:
   file = pathlib.Path(path)
   try:
     module = config_lib.import_file(file, "sweep", "--sweep=configs/sweeps/attention_variants.py")
-  except FileNotFoundError as e:
+  except (FileNotFoundError, ValueError) as e:  # Missing, or does not parse.
     raise SweepError(str(e)) from None
   for required in ("BASE", "get_sweep"):
     if not hasattr(module, required):
@@ -158,10 +158,13 @@ def expand(name: str, base: str, points: list[Mapping[str, Any]], *, fixed: Mapp
 def _validate(sweep_name, base, fixed, index, point_name, overrides) -> int:
   """Loads the point's config exactly as the command line will pass it; returns its train.steps."""
   from jformer import config as config_lib  # Imports jax: only when a sweep is expanded.
+  from jformer import data
 
   strings = {key: cli_value(value) for key, value in {**fixed, **overrides}.items()}
   try:
-    return config_lib.load(base, strings).train.steps
+    config = config_lib.load(base, strings)
+    data.get_dataset(config.data.dataset)
+    return config.train.steps
   except FileNotFoundError as e:
     raise SweepError(f"sweep '{sweep_name}': BASE: {e} (relative paths are read from the current directory: "
                      f"launch from the project root)") from e

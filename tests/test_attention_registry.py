@@ -18,7 +18,7 @@ def test_unknown_variant_lists_known_ones():
   with pytest.raises(KeyError,
                      match=r"unknown attention variant 'nope'; known: \['additive', 'auto', 'chunked', 'cosine'"):
     attention.get("nope")
-  assert {"chunked", "dot_product", "flash_pallas", "linear", "local", "xla"} <= set(attention.available())
+  assert {"chunked", "cudnn", "dot_product", "linear", "local", "pallas_gpu", "splash", "xla"} <= set(attention.available())
 
 
 def test_check_refuses_missing_features_and_unknown_options():
@@ -120,7 +120,7 @@ def test_option_values_are_type_checked_once_for_every_variant():
   """An int option takes a positive int, a float option a number: at config load and at call time."""
   q = jnp.zeros((1, 4, 2, 4))
   for name, option in (("chunked", "query_chunk_size"), ("local", "window_size"), ("linear", "chunk_size"),
-                       ("flash_pallas", "block_q"), ("additive", "hidden_size")):
+                       ("splash", "block_q"), ("additive", "hidden_size")):
     for bad in (0, -3, 2.5, "8", True):
       with pytest.raises(ValueError, match=f"'{name}' needs a positive int {option}, got {bad!r}"):
         attention.get(name).check(options={**attention.get(name).example_options, option: bad})

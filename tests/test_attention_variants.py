@@ -120,13 +120,24 @@ def assert_grads_close(grads, want_grads, names):
       np.testing.assert_allclose(g, w, atol=1e-5, err_msg=f"gradient wrt {argument}{jax.tree_util.keystr(path)}")
 
 
+def skip_unless_runs_here(variant):
+  """A kernel built for other backends runs here only if it has a Pallas interpreter (an `interpret` option)."""
+  backend = jax.default_backend()
+  if variant.platforms is not None and backend not in variant.platforms and "interpret" not in variant.options:
+    pytest.skip(f"'{variant.name}' runs only on {sorted(variant.platforms)}, not on {backend}")
+
+
 @pytest.mark.parametrize("setting", sorted(SETTINGS))
 @pytest.mark.parametrize("name", attention.available())
 def test_variant_matches_reference(name, setting):
   variant, case = attention.get(name), SETTINGS[setting]
   if not case.needs <= variant.supports:
     pytest.skip(f"'{name}' does not declare {sorted(case.needs - variant.supports)}")
+  skip_unless_runs_here(variant)
   q, k, v, kwargs = case.make()
+  refusal = variant.refusal(q, k, v, **kwargs)
+  if refusal:  # its `limits` (tests/test_attention_kernels.py checks which settings each kernel takes).
+    pytest.skip(f"'{name}' refuses this call: {refusal}")
   kwargs = dict(kwargs, **params_of(name, q.shape[2]))
   rows = visible_rows(q, k, kwargs)
   options = options_of(name)
@@ -143,6 +154,7 @@ def test_decode_steps_match_full_forward(name):
   variant = attention.get(name)
   if not {"causal", "positions", "decode"} <= variant.supports:
     pytest.skip(f"'{name}' does not declare decode")
+  skip_unless_runs_here(variant)
   slots = 6
   q, k, v = random_qkv(12, q_len=slots, kv_len=slots, heads=4, kv_heads=2)
   garbage = 100.0 * jax.random.normal(jax.random.PRNGKey(13), k.shape)

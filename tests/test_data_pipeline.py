@@ -84,20 +84,9 @@ def test_shuffle_is_seeded_and_differs_per_epoch():
   assert sorted(first[:40]) == sorted(first[40:]) == list(range(40)) and first[:40] != first[40:]
 
 
-@pytest.mark.parametrize("packing", [True, False])
-def test_shards_are_disjoint_and_cover_the_data(packing):
-  pairs = _pairs(101)
-  shards = [_segments(train_dataset(pairs, batch_size=4, max_length=MAX_LENGTH, packing=packing, num_epochs=1,
-                                    shard_index=i, shard_count=2, drop_remainder=False)) for i in range(2)]
-  assert not set(shards[0]) & set(shards[1])
-  assert sorted(shards[0] + shards[1]) == list(range(101))
-  with pytest.raises(ValueError, match=r"shard_index=2 is not in \[0, shard_count=2\)"):
-    train_dataset(pairs, batch_size=4, max_length=MAX_LENGTH, shard_index=2, shard_count=2)
-
-
-@pytest.mark.parametrize("packing", [True, False])
-def test_resumed_iterator_gives_the_same_batches(packing):
-  ds = train_dataset(_pairs(), batch_size=6, max_length=MAX_LENGTH, packing=packing, seed=7)
+@pytest.mark.parametrize("packing, prefetch", [(True, 0), (False, 0), (True, 2)])
+def test_resumed_iterator_gives_the_same_batches(packing, prefetch):
+  ds = train_dataset(_pairs(), batch_size=6, max_length=MAX_LENGTH, packing=packing, seed=7, prefetch=prefetch)
   it = iter(ds)
   for _ in range(5):
     next(it)
@@ -114,13 +103,26 @@ def test_forever_by_default():
   assert len(_segments(next(it) for _ in range(30))) == 120
 
 
-def test_eval_keeps_order_and_gives_every_host_the_same_batch_count():
+def test_prefetch_builds_batches_ahead_in_a_thread_and_keeps_the_order():
+  pairs = _pairs()
+  plain = iter(train_dataset(pairs, batch_size=6, max_length=MAX_LENGTH, seed=3))
+  prefetched = iter(train_dataset(pairs, batch_size=6, max_length=MAX_LENGTH, seed=3, prefetch=2))
+  first = next(prefetched)
+  deadline = time.monotonic() + 10
+  while prefetched._buffer.qsize() < 2 and time.monotonic() < deadline:  # the thread fills the buffer on its own.
+    time.sleep(0.01)
+  assert prefetched._buffer.qsize() == 2
+  for want, got in zip([next(plain) for _ in range(4)], [first] + [next(prefetched) for _ in range(3)]):
+    assert all(np.array_equal(want[k], got[k]) for k in BATCH_KEYS)
+
+
+def test_eval_keeps_order_and_pads_to_the_largest_host():
   pairs = _pairs(23)
-  hosts = [list(eval_dataset(pairs, batch_size=4, max_length=MAX_LENGTH, shard_index=i, shard_count=2))
-           for i in range(2)]
-  assert [len(h) for h in hosts] == [3, 3]  # ceil(ceil(23 / 2) / 4)
-  assert _segments(hosts[0]) == list(range(0, 23, 2)) and _segments(hosts[1]) == list(range(1, 23, 2))
-  last = hosts[1][-1]  # Host 1 has 11 examples in 12 rows: the last row is all padding.
+  batches = list(eval_dataset(pairs, batch_size=4, max_length=MAX_LENGTH))
+  assert len(batches) == 6 and _segments(batches) == list(range(23))  # 23 examples, then 1 padding row.
+  host = list(eval_dataset(_pairs(11), batch_size=4, max_length=MAX_LENGTH, min_examples=12))
+  assert len(host) == 3  # ceil(12 / 4): as many batches as the host with 12 examples.
+  last = host[-1]  # 11 examples in 12 rows: the last row is all padding.
   assert last["inputs_segmentation"][-2].any() and not any(last[k][-1].any() for k in BATCH_KEYS)
 
 
@@ -136,7 +138,7 @@ TEXTS = [{"inputs": "a b", "targets": "c"}, {"inputs": "a b c d e", "targets": "
 
 
 def test_long_pairs_are_dropped_counted_and_logged(caplog):
-  with caplog.at_level(logging.INFO):
+  with caplog.at_level(logging.INFO, logger="absl"):  # whatever verbosity an earlier CLI test left to absl.
     pairs = tokenize_pairs(TEXTS, _WordTokenizer(), max_length=4, name="toy/train")
   assert (len(pairs), pairs.dropped, pairs.truncated) == (2, 2, 0)
   assert "toy/train: dropped 2 of 4 pairs longer than max_length=4." in caplog.text
@@ -144,7 +146,7 @@ def test_long_pairs_are_dropped_counted_and_logged(caplog):
 
 
 def test_long_pairs_are_truncated_counted_and_logged(caplog):
-  with caplog.at_level(logging.INFO):
+  with caplog.at_level(logging.INFO, logger="absl"):  # whatever verbosity an earlier CLI test left to absl.
     pairs = tokenize_pairs(TEXTS, _WordTokenizer(), max_length=4, long_examples="truncate", name="toy/valid")
   assert (len(pairs), pairs.dropped, pairs.truncated) == (4, 0, 2)
   assert "toy/valid: truncated 2 of 4 pairs longer than max_length=4." in caplog.text
@@ -170,6 +172,58 @@ def test_make_datasets_on_a_parallel_text_folder(tmp_path):
   eval_batches = list(data.eval_batches("valid"))
   assert len(eval_batches) == 15 and tok.decode(eval_batches[0]["targets"][0]) == lines["tgt"][0]
   assert data.raw_split("test") == (lines["src"], lines["tgt"])
+
+
+class _NumberTokenizer:
+  """Token int(word) + 3 for each word (so example i is all i + 3, as in `_pairs`), then EOS; records what it
+  encodes."""
+
+  def __init__(self):
+    self.texts = []
+
+  def encode_batch(self, texts):
+    self.texts.extend(texts)
+    return [[int(word) + 3 for word in text.split()] + [EOS_ID] for text in texts]
+
+
+def _numbered_corpus(folder, sizes: dict[str, int]):
+  """Line i of every file is the number i, repeated 1 to 5 (src) or 1 to 3 (tgt) times."""
+  folder.mkdir()
+  for split in sources.SPLITS:
+    for side, repeats in (("src", 5), ("tgt", 3)):
+      (folder / f"{split}.{side}").write_text("".join(" ".join([str(i)] * (1 + i % repeats)) + "\n"
+                                                      for i in range(sizes[split])))
+  return str(folder)
+
+
+@pytest.mark.parametrize("packing", [True, False])
+def test_each_host_reads_tokenizes_and_trains_on_its_own_shard(tmp_path, packing):
+  folder = _numbered_corpus(tmp_path / "corpus", {"train": 101, "valid": 23, "test": 5})
+  hosts = []
+  for index in range(2):
+    tok = _NumberTokenizer()
+    data = pipeline.make_datasets(dataset="parallel_text", path=folder, data_dir=str(tmp_path / "tfds"),
+                                  tokenizer=tok, batch_size=4, max_length=MAX_LENGTH, packing=packing,
+                                  num_epochs=1, shard_index=index, shard_count=2)
+    mine = list(range(index, 101, 2))
+    # Tokenized: this host's shard only, both sides of each pair.
+    assert sorted(int(t.split()[0]) for t in tok.texts) == sorted(mine * 2)
+    assert [pair["inputs"][0] - 3 for pair in data.train_pairs] == mine
+    trained = _segments(data.train)
+    assert set(trained) <= set(mine) and len(trained) == len(set(trained)) > 0.8 * len(mine)
+    tok.texts.clear()
+    valid = list(data.eval_batches("valid"))
+    assert sorted(int(t.split()[0]) for t in tok.texts) == sorted(list(range(index, 23, 2)) * 2)
+    assert len(valid) == 3 and _segments(valid) == list(range(index, 23, 2))  # ceil(12 / 4) batches on each.
+    assert data.describe(MAX_LENGTH) == (f"data: {len(mine)} training pairs ({data.train_pairs.num_tokens()} "
+                                         f"tokens), 0 dropped as longer than {MAX_LENGTH} tokens, host {index} of 2 "
+                                         "(101 pairs in the split)")
+    hosts.append(set(trained))
+  assert not hosts[0] & hosts[1]
+  with pytest.raises(ValueError, match=r"shard_index=2 is not in \[0, shard_count=2\)"):
+    pipeline.make_datasets(dataset="parallel_text", path=folder, data_dir=str(tmp_path / "tfds"),
+                           tokenizer=_NumberTokenizer(), batch_size=4, max_length=MAX_LENGTH, shard_index=2,
+                           shard_count=2)
 
 
 @pytest.mark.slow

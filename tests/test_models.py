@@ -1,5 +1,6 @@
 """The Transformer's invariances: causality, padding, permutation, caching, packing; every config runs."""
 
+import dataclasses
 import inspect
 import pathlib
 
@@ -11,7 +12,10 @@ import pytest
 
 from conftest import positional_overrides
 from jformer import config as config_lib
-from jformer import models, positional
+from jformer import attention, models, positional
+from jformer.attention import auto
+from jformer.attention import registry as attention_registry
+from jformer.attention.registry import MASKING
 from jformer.decode.translator import init_cache
 
 CONFIGS = sorted(p.name for p in (pathlib.Path(__file__).resolve().parents[1] / "configs").glob("*.py"))
@@ -222,3 +226,60 @@ def test_every_config_builds_and_runs_forward(config_file, repo_root):
   logits = jax.jit(model.apply)(params, x, x)
   assert logits.shape == (1, 8, config.model.vocab_size)
   assert np.isfinite(np.asarray(logits)).all()
+
+
+
+@pytest.fixture
+def recorded_calls(scratch_registries):
+  """'recording': dot_product that records each call's (causal, T, S, masking arguments given)."""
+  calls = []
+  reference = attention.get("dot_product")
+
+  def fn(query, key, value, **kwargs):
+    masking = {k: v for k, v in kwargs.items() if k in MASKING and v is not None}
+    calls.append((masking.pop("causal"), query.shape[1], key.shape[1], masking))
+    return reference.fn(query, key, value, **kwargs)
+
+  attention_registry._REGISTRY.add("recording", dataclasses.replace(reference, name="recording", fn=fn))
+  return calls
+
+
+def test_packed_self_attention_masks_by_index_so_the_kernels_take_it(recorded_calls):
+  """Packed training calls attention without positions (rotary still rotates by them: the packed rows equal the
+  examples alone), so `auto` on a TPU picks splash for the causal self-attention; decode steps mask by position."""
+  model = tiny(**{"model.positional": "rotary", "model.attention": "recording"})
+  xa, ya, xb, yb = tokens(0, (1, 3)), tokens(1, (1, 4)), tokens(2, (1, 4)), tokens(3, (1, 2))
+  params = init(model, xa, ya)
+  recorded_calls.clear()
+  packed = model.apply(
+      params, jnp.concatenate([xa, xb, jnp.zeros((1, 1), jnp.int32)], 1), jnp.concatenate([ya, yb], 1),
+      inputs_segmentation=jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]]), targets_segmentation=jnp.array([[1] * 4 + [2] * 2]),
+      inputs_positions=jnp.array([[0, 1, 2, 0, 1, 2, 3, 0]]), targets_positions=jnp.array([[0, 1, 2, 3, 0, 1]]))
+  # Two layers each: encoder self-attention, decoder self-attention (causal), cross-attention; none with positions.
+  assert sorted((causal, t, s, sorted(masking)) for causal, t, s, masking in recorded_calls) == (
+      [(False, 6, 8, ["kv_segment_ids", "q_segment_ids"])] * 2 + [(False, 8, 8, ["kv_segment_ids", "q_segment_ids"])]
+      * 2 + [(True, 6, 6, ["kv_segment_ids", "q_segment_ids"])] * 2)
+  query = jax.ShapeDtypeStruct((1, 6, 4, 8), jnp.float32)
+  assert {auto.choose(query, query, backend="tpu", causal=True, **masking).kernel
+          for causal, _, _, masking in recorded_calls if causal} == {"splash"}
+  np.testing.assert_allclose(packed[:, :4], model.apply(params, xa, ya), atol=1e-5)
+  np.testing.assert_allclose(packed[:, 4:], model.apply(params, xb, yb), atol=1e-5)
+  encoded = model.apply(params, xa, method=model.encode)
+  recorded_calls.clear()
+  decode_step_by_step(model, params["params"], encoded, xa, ya[:, :2])
+  steps = [(t, s, sorted(masking)) for causal, t, s, masking in recorded_calls if causal]
+  # Shaping the cache (init, T=2), then 2 steps of T=1 against its 2 slots; 2 layers each.
+  assert steps == [(2, 2, ["kv_positions", "q_positions"])] * 2 + [(1, 2, ["kv_positions", "q_positions"])] * 4
+
+
+def test_packed_language_model_calls_attention_without_positions(recorded_calls):
+  model = tiny(**{"model.positional": "rotary", "model.attention": "recording", "model.architecture": "lm"})
+  ya, yb = tokens(1, (1, 4)), tokens(3, (1, 2))
+  params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), ya))
+  recorded_calls.clear()
+  packed = model.apply(params, jnp.concatenate([ya, yb], 1), segmentation=jnp.array([[1] * 4 + [2] * 2]),
+                       positions=jnp.array([[0, 1, 2, 3, 0, 1]]))
+  assert [(causal, t, sorted(masking)) for causal, t, _, masking in recorded_calls] == (
+      [(True, 6, ["kv_segment_ids", "q_segment_ids"])] * 2)
+  np.testing.assert_allclose(packed[:, :4], model.apply(params, ya), atol=1e-5)
+  np.testing.assert_allclose(packed[:, 4:], model.apply(params, yb), atol=1e-5)

@@ -1,5 +1,7 @@
 """Non-finite updates (issue #13): the step never applies one; the run skips up to
-`train.skip_nonfinite_updates` of them, then stops naming the step and a last good checkpoint that is finite."""
+`train.skip_nonfinite_updates` of them, then stops naming the step and a last good checkpoint that is finite.
+The loop reads the step's records only every `train.log_every` steps and before saves: the step it names is still
+the first one beyond the allowance."""
 
 import json
 import os
@@ -88,14 +90,37 @@ def test_skipped_updates_are_logged_counted_and_carried_over_a_resume(repo_root,
                            tiny_overrides(tiny_corpus, **DIVERGING, **{"parallel.mode": "pmap", **extra}))
 
   results = train_and_evaluate(load(**{"train.skip_nonfinite_updates": 10}), str(tmp_path))
-  skips = re.findall(r"^step (\d+): non-finite (.+), update skipped \((\d+) of 10 allowed\)$",
-                     capsys.readouterr().out, re.M)
-  assert skips and [int(count) for _, _, count in skips] == list(range(1, len(skips) + 1))
+  reports = re.findall(r"^steps (\d+)-(\d+): (\d+) non-finite updates? skipped, the first at step (\d+) "
+                       r"\(non-finite (.+)\); (\d+) of 10 allowed$", capsys.readouterr().out, re.M)
+  assert reports
+  skipped = 0
+  for first, last, count, first_bad, _, total in reports:  # one line per read (log_every=2, eval/save every 3).
+    first, last, count, first_bad, total = map(int, (first, last, count, first_bad, total))
+    assert 1 <= count <= last - first + 1 and first <= first_bad <= last
+    skipped += count
+    assert total == skipped
   saved = json.loads((tmp_path / "results.json").read_text())
-  assert saved["step"] == 6 and saved["skipped_updates"] == results["skipped_updates"] == len(skips)
+  assert saved["step"] == 6 and saved["skipped_updates"] == results["skipped_updates"] == skipped
   assert all(all_finite(params) for params in checkpointed_params(tmp_path).values())
 
   # Resumed with no skips left, the next non-finite step stops the run: the count came from the checkpoint.
-  with pytest.raises(NonFiniteUpdateError, match=rf"^step [78]: non-finite .+; stopping after {len(skips)} skipped "
-                     rf"updates \(train\.skip_nonfinite_updates={len(skips)}\)\. The last good checkpoint is step 6 "):
-    train_and_evaluate(load(**{"train.steps": 8, "train.skip_nonfinite_updates": len(skips)}), str(tmp_path))
+  with pytest.raises(NonFiniteUpdateError, match=rf"^step [78]: non-finite .+; stopping after {skipped} skipped "
+                     rf"updates \(train\.skip_nonfinite_updates={skipped}\)\. The last good checkpoint is step 6 "):
+    train_and_evaluate(load(**{"train.steps": 8, "train.skip_nonfinite_updates": skipped}), str(tmp_path))
+
+
+def test_the_stop_names_the_first_bad_step_though_the_metrics_are_read_later(repo_root, tiny_corpus, tmp_path):
+  def stopped_at(workdir, **extra) -> tuple[int, str]:
+    config = config_lib.load(repo_root / "configs" / "demo.py", tiny_overrides(tiny_corpus, **DIVERGING, **extra))
+    with pytest.raises(NonFiniteUpdateError) as error:
+      train_and_evaluate(config, str(workdir))
+    match = re.fullmatch(r"step (\d+): non-finite (.+); stopping \(train\.skip_nonfinite_updates=0\)\. (.+)",
+                         str(error.value))
+    return int(match[1]), match[2], match[3]
+
+  every_step = stopped_at(tmp_path / "every", **{"train.log_every": 1, "train.checkpoint_every": 1000})
+  late = stopped_at(tmp_path / "late", **{"train.log_every": 6, "train.checkpoint_every": 1000,
+                                          "train.eval_every": 1000})
+  assert every_step[0] % 6 and every_step[0] < 6  # read at step 6, several steps after the bad one...
+  assert late == every_step  # ...it names the same step, the same checks, and that nothing was saved.
+  assert late[2] == "No checkpoint was saved before it." and not list((tmp_path / "late" / "checkpoints").iterdir())

@@ -84,7 +84,7 @@ def test_train_writes_results_and_resume_is_exact(repo_root, tiny_corpus, tmp_pa
 
 def test_resume_refuses_another_model(repo_root, tiny_corpus, tmp_path):
   train_and_evaluate(load(repo_root, tiny_corpus, **{"train.steps": 1}), str(tmp_path))
-  with pytest.raises(ValueError, match="another model config"):
+  with pytest.raises(ValueError, match=r"model.d_ff=128 \(the run has 64\)"):
     train_and_evaluate(load(repo_root, tiny_corpus, **{"model.d_ff": 128}), str(tmp_path))
 
 

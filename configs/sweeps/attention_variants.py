@@ -3,8 +3,8 @@
     python -m launch --sweep=configs/sweeps/attention_variants.py          # here, one point after another
     python -m launch.report --sweep=configs/sweeps/attention_variants.py   # runs/attention_variants/report.md
 
-The variant list is read from the registry when the sweep is expanded, so a new variant joins by itself, with the
-options `AttentionVariant.runnable_options` gives it (a required option gets its `example_options` value). The runs
+The variant list is read from the registry when the sweep is expanded (the variants a model can use: those that
+run decode steps), so a new variant joins by itself, with the options `AttentionVariant.runnable_options` gives it (a required option gets its `example_options` value). The runs
 are short (a vocabulary trained on 30k sentences, 100 steps of 16 rows, one eval, greedy BLEU on 100 test
 sentences) to take about two minutes per point on 2 CPU cores, about half of it preparing the point's data: a
 smoke test and a speed comparison of the variants (tokens/s), not a quality one.
@@ -32,6 +32,8 @@ def get_sweep():
 
   points = []
   for name in attention.available():
+    if "decode" not in attention.get(name).supports:  # library kernels (cudnn, splash, pallas_gpu): `auto` runs
+      continue  # them where they can express the call; as `model.attention` the model refuses them.
     chosen = {"window_size": LOCAL_WINDOW} if name == "local" else {}
     # The registry's rule: defaults, the example value of any required option, this sweep's choice on top.
     options = attention.get(name).runnable_options(chosen)

@@ -21,7 +21,11 @@ Every variant is a pure function
 
 A variant declares what it supports (`registry.FEATURES`); the model asks for what it needs at config load
 (`get(name).check(needs=..., options=...)`), so an unsupported request fails early, and `get(name).fn`
-refuses a call that asks for an undeclared feature (a mask, a bias, dropout, ...), naming it.
+refuses a call that asks for an undeclared feature (a mask, a bias, dropout, ...), naming it. A kernel that takes
+a feature only in some form or shape (T == S, half precision, ...) also declares `limits`, checked at each call.
+The library kernels (`cudnn` on NVIDIA GPUs, `splash` on TPU, `pallas_gpu` on GPU) run no decode steps and mask
+by index, not by position, so the model takes them through `auto`, which picks the fastest one that can express
+each call and falls back, logged, where none can.
 
 To add one: one file here with `@register("name", supports={...})` on a function of the signature above
 (its extra keyword-only parameters are its options; `reference=` its explicit formula if it is not softmax

@@ -1,42 +1,126 @@
-"""`auto` (the default): picks the attention kernel per backend, shape and dtype, then calls it.
+"""`auto` (the default): picks the attention kernel per backend, dtype and shape, says which once, then calls it.
 
+For each call, in order:
 - attention dropout requested: `dot_product` (the one variant that drops attention weights);
-- GPU with bfloat16/float16 inputs: `xla` (`jax.nn.dot_product_attention`; untested on GPU hardware);
-- query length x key length >= `BLOCKWISE_MIN_PAIRS` (512 x 512): `chunked`, memory linear in the length (on a
-  2-core CPU it also runs fwd+bwd 1.0x the dense time at 512, 0.65x at 1024, 0.47x at 2048:
-  `benchmarks/attention.py`);
-- otherwise (short sequences, decode steps): `dot_product`, the dense reference, fastest there.
-The choice is made while tracing, from static shapes, so it costs nothing at run time.
+- the backend's library kernels, fastest first (`KERNELS`): GPU `cudnn` then `pallas_gpu`, TPU `splash`. The
+  first that can express the call runs (`AttentionVariant.refusal`: the features it declares, and its
+  `limits` on shapes and dtypes); a bias, a mask, or causal masking by explicit positions (decode steps; the
+  model's packed training rows come without them, `jformer.models.layers.MultiHeadAttention`) is expressed by
+  none of them;
+- otherwise: `chunked` when query length x key length >= `BLOCKWISE_MIN_PAIRS` (512 x 512), memory linear in
+  the length (on a 2-core CPU it also runs fwd+bwd 1.0x the dense time at 512, 0.65x at 1024, 0.47x at 2048:
+  `benchmarks/attention.py`); else `dot_product`, the dense reference, fastest for short sequences and decode.
+Positions only act with causal masking, so a non-causal call's positions are dropped before choosing (exact).
+`cudnn` takes segment ids only as right padding (one example per row), which is a property of the batch, not of
+its shapes: with segment ids `auto` runs `lax.cond(cudnn.padding_lengths(...) expressible, cudnn, next)`, the
+next being what it would pick without `cudnn`.
+
+The choice is made while tracing, from static shapes, dtypes and which arguments are given, so it costs nothing at
+run time (but for that one predicate). Each distinct choice is logged once per process (absl, INFO), one line
+naming the kernel and why each kernel before it could not serve; nothing falls back silently.
 """
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
+import dataclasses
 
-from jformer.attention.registry import get, register
+import jax
+from absl import logging
+from jax import lax
+
+from jformer.attention import cudnn
+from jformer.attention.registry import get, register, requested_features
 
 BLOCKWISE_MIN_PAIRS = 512 * 512
-_HALF_PRECISION = (jnp.bfloat16, jnp.float16)
+# The library kernels per JAX backend, fastest first; CPU has none (`chunked` or `dot_product` there).
+KERNELS = {"gpu": ("cudnn", "pallas_gpu"), "tpu": ("splash",)}
+_LOGGED: set[str] = set()
 
 
-def choose(query: jax.Array, key: jax.Array, *, dropout_rate: float = 0.0, backend: str | None = None) -> str:
-  """The variant `auto` runs for query `[B, T, H, D]` and key `[B, S, K, D]` on `backend` (default: JAX's)."""
-  backend = backend or jax.default_backend()
-  if dropout_rate > 0.0:
-    return "dot_product"
-  if backend == "gpu" and query.dtype in _HALF_PRECISION:
-    return "xla"
-  if query.shape[1] * key.shape[1] >= BLOCKWISE_MIN_PAIRS:
-    return "chunked"
-  return "dot_product"
+@dataclasses.dataclass(frozen=True)
+class Choice:
+  """What `auto` runs for one call.
+
+  Attributes:
+    kernel: the variant name.
+    refused: (kernel, reason) for each library kernel of the backend tried before it.
+    otherwise: for `cudnn` with segment ids: the choice for batches that are not right padding; else None.
+  """
+  kernel: str
+  refused: tuple[tuple[str, str], ...] = ()
+  otherwise: Choice | None = None
+
+  def describe(self) -> str:
+    """One line: the kernel, the runtime alternative, and why each refused kernel could not serve."""
+    text = self.kernel
+    if self.otherwise is not None:
+      text += f" (batches that are not one example per row then padding: {self.otherwise.describe()})"
+    return text + "".join(f"; not {name}: {reason}" for name, reason in self.refused)
+
+
+def choose(query, key, value=None, *, backend: str | None = None, **masking) -> Choice:
+  """The kernel `auto` runs for query `[B, T, H, D]`, key `[B, S, K, D]`, value (default: shaped like key) and
+  the masking arguments of the signature on `backend` (default: JAX's). Arrays or `jax.ShapeDtypeStruct`s."""
+  return _choose(query, key, key if value is None else value, backend or jax.default_backend(),
+                 _relevant(masking), skip=())
 
 
 @register("auto", supports={"causal", "segment_ids", "positions", "mask", "bias", "dropout", "decode", "gqa"})
 def auto(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
          kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None):
-  """Per backend and shape: `xla` (GPU, half precision), `chunked` (long), `dot_product` (short)."""
-  name = choose(query, key, dropout_rate=dropout_rate)
-  return get(name).fn(query, key, value, causal=causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
-                      q_positions=q_positions, kv_positions=kv_positions, mask=mask, bias=bias,
-                      dropout_rate=dropout_rate, dropout_rng=dropout_rng)
+  """Per backend, dtype and shape: cudnn / pallas_gpu (GPU), splash (TPU), chunked (long), dot_product (short)."""
+  masking = _relevant(dict(causal=causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
+                           q_positions=q_positions, kv_positions=kv_positions, mask=mask, bias=bias,
+                           dropout_rate=dropout_rate, dropout_rng=dropout_rng))
+  backend = _backend()
+  choice = _choose(query, key, value, backend, masking, skip=())
+  message = (f"attention 'auto' on {backend}, {query.dtype}, T={query.shape[1]} S={key.shape[1]} "
+             f"H={query.shape[2]} K={key.shape[2]} D={query.shape[3]}, "
+             f"{'+'.join(sorted(requested_features(**masking))) or 'no masking'}: {choice.describe()}")
+  if message not in _LOGGED:
+    _LOGGED.add(message)
+    logging.info(message)
+  return _run(choice, query, key, value, masking)
+
+
+def _backend() -> str:
+  """JAX's backend (a function of its own, so a test can pretend to be on another one)."""
+  return jax.default_backend()
+
+
+def _run(choice: Choice, query, key, value, masking):
+  run = lambda name: get(name).fn(query, key, value, **masking)
+  if choice.otherwise is None:
+    return run(choice.kernel)
+  batch = query.shape[0]
+  ids = [jax.numpy.broadcast_to(masking[n], (batch, x.shape[1]))
+         for n, x in (("q_segment_ids", query), ("kv_segment_ids", key))]
+  _, _, expressible = cudnn.padding_lengths(*ids)
+  return lax.cond(expressible, lambda: run(choice.kernel), lambda: _run(choice.otherwise, query, key, value, masking))
+
+
+def _choose(query, key, value, backend: str, masking, skip: tuple[str, ...]) -> Choice:
+  if masking.get("dropout_rate", 0.0) > 0.0:
+    return Choice("dot_product")
+  refused = []
+  for name in KERNELS.get(backend, ()):
+    if name in skip:
+      continue
+    reason = get(name).refusal(query, key, value, **masking)
+    if reason is not None:
+      refused.append((name, reason))
+      continue
+    otherwise = None
+    if name == "cudnn" and masking.get("q_segment_ids") is not None:
+      otherwise = _choose(query, key, value, backend, masking, skip=skip + (name,))
+    return Choice(name, tuple(refused), otherwise)
+  generic = "chunked" if query.shape[1] * key.shape[1] >= BLOCKWISE_MIN_PAIRS else "dot_product"
+  return Choice(generic, tuple(refused))
+
+
+def _relevant(masking: dict) -> dict:
+  """The masking arguments without positions when not causal (they only act with causal masking)."""
+  if masking.get("causal"):
+    return dict(masking)
+  return {k: v for k, v in masking.items() if k not in ("q_positions", "kv_positions")}
+

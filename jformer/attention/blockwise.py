@@ -1,8 +1,7 @@
 """Blockwise softmax attention with an online softmax and a custom VJP: memory linear in the length.
 
-Shared by the `chunked` variant (forward: `scan_forward`, pure JAX), `flash_pallas` (forward: a Pallas
-kernel) and the learned similarity functions (`scored`: additive, general, cosine, ...); all use the backward
-here. Not a variant itself.
+Shared by the `chunked` variant and the learned similarity functions (`scored`: additive, general, cosine,
+...). Not a variant itself.
 
 Forward (Milakov & Gimelshein 2018; FlashAttention-2, Dao 2023), for query chunk i over key chunks j:
     s_ij = score(q_i, k_j) + bias_ij           (invisible pairs: MASK_VALUE)
@@ -58,23 +57,18 @@ class Visibility(NamedTuple):
   kv_positions: jax.Array
 
 
-# forward(blocks, score, q_BxKxGxTxD, k_BxKxSxD, v_BxKxSxDv, params, visibility, mask, bias)
-#   -> (out_BxKxGxTxDv, lse_BxKxGxT)
-Forward = Callable[..., tuple]
 # score(q_BxHxQxE, k_BxHxCxE, params) -> logits_BxHxQxC float32; None = q k^T on the (pre-scaled) query.
 Score = Callable[..., jax.Array]
 
 
 def attention(query, key, value, *, causal, q_segment_ids, kv_segment_ids, q_positions, kv_positions, mask, bias,
-              query_chunk_size: int, key_chunk_size: int, forward: Forward | None = None,
-              score: Score | None = None, params=None) -> jax.Array:
+              query_chunk_size: int, key_chunk_size: int, score: Score | None = None, params=None) -> jax.Array:
   """softmax(score(Q, K) + bias) V over the visible keys, chunk by chunk (arguments: the variant signature).
 
   Args:
     query: `[B, T, H, E]`; key `[B, S, K, E]`, value `[B, S, K, Dv]` with H % K == 0 (K == H with a `score`).
     mask, bias: broadcastable to `[B, H, T, S]`, or None.
     query_chunk_size, key_chunk_size: chunk sizes; T and S are padded up to multiples of them.
-    forward: the forward pass (default `scan_forward`); the backward is always `_backward`.
     score: `score(q [B, H, cq, E], k [B, H, ck, E], params) -> [B, H, cq, ck]` float32, a module-level
       function (it is a static argument); None = Q K^T / sqrt(E) (paper eq. 1).
     params: the pytree `score` reads (differentiated like query and key), or None.
@@ -99,7 +93,7 @@ def attention(query, key, value, *, causal, q_segment_ids, kv_segment_ids, q_pos
   k_BxKxSxD, v_BxKxSxD = (jnp.pad(x, ((0, 0), (0, kv_pad), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
                           for x in (key, value))
   pairwise = functools.partial(_pairwise, shape=(batch, heads, q_len, kv_len), pads=(q_pad, kv_pad))
-  out_BxKxGxTxD = _attend(Blocks(query_chunk_size, key_chunk_size, causal), forward or scan_forward, score,
+  out_BxKxGxTxD = _attend(Blocks(query_chunk_size, key_chunk_size, causal), score,
                           q_BxKxGxTxD, k_BxKxSxD, v_BxKxSxD, params, visibility, pairwise(mask, "mask"),
                           pairwise(bias, "bias"))
   return out_BxKxGxTxD.transpose(0, 3, 1, 2, 4).reshape(batch, q_len + q_pad, heads, -1)[:, :q_len]
@@ -149,20 +143,19 @@ def _scores(score: Score | None, q_blk, k_blk, params) -> jax.Array:
   return score(q_blk[:, :, 0], k_blk, params).astype(jnp.float32)[:, :, None]
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
-def _attend(blocks, forward, score, q, k, v, params, visibility, mask, bias):
-  return forward(blocks, score, q, k, v, params, visibility, mask, bias)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
+def _attend(blocks, score, q, k, v, params, visibility, mask, bias):
+  return scan_forward(blocks, score, q, k, v, params, visibility, mask, bias)[0]
 
 
-def _attend_forward(blocks, forward, score, q, k, v, params, visibility, mask, bias):
-  out, lse = forward(blocks, score, q, k, v, params, visibility, mask, bias)
+def _attend_forward(blocks, score, q, k, v, params, visibility, mask, bias):
+  out, lse = scan_forward(blocks, score, q, k, v, params, visibility, mask, bias)
   return out, (q, k, v, params, visibility, mask, bias, out, lse)
 
 
-def _backward(blocks, forward, score, residuals, dout):
+def _backward(blocks, score, residuals, dout):
   """Gradients wrt q, k, v, params (and bias) in one pass: `lax.scan` over key chunks, inner `lax.scan` over
   query chunks."""
-  del forward
   q, k, v, params, visibility, mask, bias, out, lse = residuals
   kv_heads, q_len = q.shape[1], q.shape[3]
   cq, ck = blocks.query_chunk, blocks.key_chunk

@@ -39,8 +39,8 @@ MODEL_DIMS = ("heads", "kv_heads", "head_dim", "d_model")
 def softmax_weights(query, key, **masking) -> jax.Array:
   """softmax(Q K^T / sqrt(d_k) + bias) over the visible keys (paper eq. 1): `[B, H, T, S]` float32.
 
-  The attention weights of every softmax variant (dot_product, chunked, xla, flash_pallas, auto): the default
-  `weights=` of `register`. `masking`: the masking arguments of the signature; options are ignored.
+  The attention weights of every softmax variant (dot_product, chunked, xla, cudnn, splash, pallas_gpu, auto): the
+  default `weights=` of `register`. `masking`: the masking arguments of the signature; options are ignored.
   """
   visible = attention_mask(query.shape[1], key.shape[1], **{k: masking.get(k, v) for k, v in MASKING.items()
                                                               if k != "bias"})
@@ -69,6 +69,11 @@ class AttentionVariant:
     example_options: options that make it run at test sizes (the tests use them all; sweeps and benchmarks take
       only the values of required options from them, `runnable_options`).
     doc: one line for `jformer attention list`.
+    platforms: the JAX backends it is built for (e.g. {"gpu"}: a cuDNN or Triton kernel), None for any; elsewhere
+      it may refuse (cuDNN) or run slowly (a Pallas kernel in the interpreter).
+    limits: `limits(query, key, value, **masking) -> str | None`: why it cannot run a call of these shapes,
+      dtypes, backend or argument values (a declared feature it takes only in some form), None if it can; the
+      call is then refused naming the reason, and `auto` falls back to the next kernel.
   """
   name: str
   fn: Callable
@@ -80,6 +85,8 @@ class AttentionVariant:
   reference: Callable
   example_options: Mapping[str, Any]
   doc: str
+  platforms: frozenset | None = None
+  limits: Callable | None = None
 
   @property
   def required_options(self) -> tuple[str, ...]:
@@ -113,6 +120,15 @@ class AttentionVariant:
     if dims is not None:
       self.param_shapes(dims, options)
 
+  def refusal(self, query, key, value, **masking) -> str | None:
+    """Why this variant cannot run `fn(query, key, value, **masking)` (an undeclared feature, or its `limits`),
+    None if it can; nothing is computed. What `auto` asks each kernel before choosing it."""
+    masking = {k: v for k, v in masking.items() if k in SIGNATURE}
+    missing = sorted(requested_features(**masking) - self.supports)
+    if missing:
+      return f"does not support {missing}"
+    return None if self.limits is None else self.limits(query, key, value, **masking)
+
   def param_dims(self, dims: Mapping[str, int], options: Mapping[str, Any]) -> dict[str, Any]:
     """The names a parameter shape may use: model `dims` (MODEL_DIMS), the options given, their defaults."""
     return {**{n: d for n, d in self.options.items() if d is not inspect.Parameter.empty}, **options, **dims}
@@ -131,7 +147,8 @@ _REGISTRY: Registry[AttentionVariant] = Registry("attention variant")
 
 def register(name: str, *, supports, params: Mapping[str, Param] | None = None,
              weights: Callable | None = softmax_weights, reference: Callable | None = None,
-             example_options: Mapping[str, Any] | None = None, doc: str = ""):
+             example_options: Mapping[str, Any] | None = None, doc: str = "", platforms=None,
+             limits: Callable | None = None):
   """Decorator: `@register("my_variant", supports={"causal", "segment_ids"})` above the function.
 
   The function takes the full signature, by name or as `**masking` (and `params` when it declares parameters);
@@ -149,6 +166,9 @@ def register(name: str, *, supports, params: Mapping[str, Param] | None = None,
     reference: its explicit formula; default the weights times the values.
     example_options: options that make it run at test sizes; needed when it has required options (sweeps and
       benchmarks run it with these values of them, `AttentionVariant.runnable_options`).
+    platforms: the JAX backends it is built for ("cpu", "gpu", "tpu"); None (default) for any.
+    limits: `limits(query, key, value, **masking) -> str | None`, the reason it cannot run a call (shapes, dtype,
+      backend, a form of a declared feature it cannot take), checked before every call (`AttentionVariant`).
   """
   unknown = set(supports) - set(FEATURES)
   if unknown:
@@ -173,7 +193,7 @@ def register(name: str, *, supports, params: Mapping[str, Param] | None = None,
     options = {p.name: p.default for p in option_parameters}
     types = {p.name: option_type(p) for p in option_parameters}
     declared = frozenset(supports)
-    guard = functools.partial(_guarded, name, declared, params, options, types)
+    guard = functools.partial(_guarded, name, declared, params, options, types, limits)
     examples = dict(example_options or {})
     try:
       _check_options(name, options, types, examples)
@@ -181,9 +201,10 @@ def register(name: str, *, supports, params: Mapping[str, Param] | None = None,
       raise ValueError(f"{e} (in example_options= of the registration)") from None
     _REGISTRY.add(name, AttentionVariant(
         name=name, fn=guard(fn), supports=declared | {"gqa"}, options=options, option_types=types, params=params,
-        weights=None if weights is None else guard(_without_dropout(weights), repeat=False),
-        reference=guard(reference or _weighted_values(weights), repeat=False), example_options=examples,
-        doc=doc or first_line(fn.__doc__)))
+        weights=None if weights is None else guard(_without_dropout(weights), repeat=False, limited=False),
+        reference=guard(reference or _weighted_values(weights), repeat=False, limited=False),
+        example_options=examples, doc=doc or first_line(fn.__doc__),
+        platforms=None if platforms is None else frozenset(platforms), limits=limits))
     return fn
 
   return wrap
@@ -231,10 +252,12 @@ def check_shapes(name: str, query: jax.Array, key: jax.Array, value: jax.Array |
 
 
 def _guarded(name: str, declared: frozenset, params: Mapping[str, Param], options: Mapping[str, Any],
-             option_types: Mapping[str, type | None], fn: Callable, *, repeat: bool = True) -> Callable:
+             option_types: Mapping[str, type | None], limits: Callable | None, fn: Callable, *, repeat: bool = True,
+             limited: bool = True) -> Callable:
   """`fn(query, key, [value,] **kwargs)` behind the checks every variant shares: shapes, segment ids given in
-  pairs, the refusal of undeclared features, option types, the declared parameters; key/value heads repeated
-  for a variant that does not declare "gqa" (`repeat`; weights/reference functions always get H heads)."""
+  pairs, the refusal of undeclared features, option types, the declared parameters, the variant's `limits`
+  (`limited`; not for its weights/reference functions, plain JAX); key/value heads repeated for a variant that
+  does not declare "gqa" (`repeat`; weights/reference functions always get H heads)."""
 
   @functools.wraps(fn)
   def call(query, key, *value, **kwargs):
@@ -251,6 +274,10 @@ def _guarded(name: str, declared: frozenset, params: Mapping[str, Param], option
       raise ValueError(f"attention variant '{name}' needs params={{{', '.join(sorted(params))}}} (its declared "
                        f"parameters), got {None if given is None else sorted(given)}")
     _check_options(name, options, option_types, {k: v for k, v in kwargs.items() if k != "params"})
+    reason = limits(query, key, value[0] if value else key, **arguments) if limits and limited else None
+    if reason:
+      raise ValueError(f"attention variant '{name}' cannot run this call: {reason}. Pick another variant (known: "
+                       f"{available()}), or 'auto', which falls back by itself.")
     if "gqa" not in declared or not repeat:
       key, *value = (repeat_kv(x, query.shape[2]) for x in (key, *value))
     return fn(query, key, *value, **arguments, **kwargs)

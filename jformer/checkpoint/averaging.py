@@ -3,23 +3,27 @@
 "For the base models, we used a single model obtained by averaging the last 5 checkpoints [...]. For the big
 models, we averaged the last 20 checkpoints." `average_params` reads only the `params` of each checkpoint, one
 checkpoint at a time, into a running sum; `save_params` writes the result where decoding loads it with
-`load_params` (e.g. `<workdir>/averaged/`).
+`load_params` (e.g. `<workdir>/averaged/`). `save_params` also writes a checksum manifest that `load_params` verifies
+(`integrity.py`); `load_params` refuses parameters that are not finite.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
+from absl import logging
+from etils import epath
 
-from jformer.checkpoint.manager import Checkpointer, absolute_path, abstract_state
+from jformer import paths
+from jformer.checkpoint import integrity
+from jformer.checkpoint.manager import Checkpointer, abstract_state
 
 
-def average_params(directory: str | os.PathLike[str], last: int = 5) -> tuple[Any, list[int]]:
+def average_params(directory: epath.PathLike, last: int = 5) -> tuple[Any, list[int]]:
   """The elementwise mean of the `params` of the newest `last` checkpoints in `directory`.
 
   Peak host memory is about two copies of the params: the running sum (float32, or float64 for float64
@@ -41,7 +45,8 @@ def average_params(directory: str | os.PathLike[str], last: int = 5) -> tuple[An
     if len(steps) < last:
       raise ValueError(
           f"Asked to average the last {last} checkpoints, but {directory} has only {len(steps)} "
-          f"(steps {steps}); pass last<={len(steps)}, or train with Checkpointer(max_to_keep>={last})."
+          f"(steps {steps}); average at most {len(steps)} (jformer average-checkpoints --last={len(steps)}), or "
+          f"keep more checkpoints while training (--config.train.keep_checkpoints={last})."
       )
     steps = steps[-last:]
     first = ckpt.restore_params(steps[0])
@@ -55,22 +60,24 @@ def average_params(directory: str | os.PathLike[str], last: int = 5) -> tuple[An
   return mean, steps
 
 
-def save_params(path: str | os.PathLike[str], params: Any, *, overwrite: bool = False) -> None:
+def save_params(path: epath.PathLike, params: Any, *, overwrite: bool = False) -> None:
   """Writes `params` (a pytree of arrays) as a params-only Orbax checkpoint at `path` (atomically).
 
   Args:
-    path: the checkpoint directory to create, e.g. `<workdir>/averaged`.
+    path: the checkpoint directory to create, e.g. `<workdir>/averaged` (local or any `etils.epath` path).
     params: the pytree to save.
     overwrite: replace an existing checkpoint at `path`; otherwise an existing `path` is an error.
   """
-  path = absolute_path(path)
+  path = paths.absolute(path)
   if path.exists() and not overwrite:
     raise FileExistsError(f"{path} already exists; pass overwrite=True to replace it, or choose another path.")
   with ocp.PyTreeCheckpointer() as checkpointer:
     checkpointer.save(path, args=ocp.args.PyTreeSave(params), force=overwrite)
+  if jax.process_index() == 0:
+    integrity.write_manifest(path)
 
 
-def load_params(path: str | os.PathLike[str], template: Any = None) -> Any:
+def load_params(path: epath.PathLike, template: Any = None) -> Any:
   """Reads a params checkpoint written by `save_params`.
 
   Args:
@@ -79,17 +86,27 @@ def load_params(path: str | os.PathLike[str], template: Any = None) -> Any:
       `Checkpointer.restore`): the params are restored as `jax.Array`s with its structure, dtypes and
       shardings. Without it, they come back as NumPy arrays in the saved structure and dtypes.
   """
-  path = absolute_path(path)
+  path = paths.absolute(path)
   if not path.is_dir():
     raise FileNotFoundError(f"No params checkpoint at {path}; write one with save_params(path, params).")
+  if not integrity.has_manifest(path):
+    logging.warning("params checkpoint %s has no %s (written by an older jformer): loading it unverified.", path,
+                    integrity.MANIFEST)
+  elif problem := integrity.verify(path):
+    raise integrity.CorruptCheckpointError(
+        f"the params checkpoint {path} is corrupt: {problem}; write it again (jformer average-checkpoints) or load "
+        "a training checkpoint (translate --checkpoint=latest).")
   with ocp.PyTreeCheckpointer() as checkpointer:
     if template is None:
       tree = checkpointer.metadata(path).item_metadata.tree
       restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
-      return checkpointer.restore(path, args=ocp.args.PyTreeRestore(restore_args=restore_args))
-    target = abstract_state(template)
-    restore_args = ocp.checkpoint_utils.construct_restore_args(target)
-    return checkpointer.restore(path, args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args))
+      params = checkpointer.restore(path, args=ocp.args.PyTreeRestore(restore_args=restore_args))
+    else:
+      target = abstract_state(template)
+      restore_args = ocp.checkpoint_utils.construct_restore_args(target)
+      params = checkpointer.restore(path, args=ocp.args.PyTreeRestore(item=target, restore_args=restore_args))
+  integrity.check_finite(params, f"the params checkpoint {path}")
+  return params
 
 
 def _check_floating(params: Any, step: int) -> None:

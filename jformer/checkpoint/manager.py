@@ -8,6 +8,13 @@ One checkpoint per saved step, in `<directory>/<step>/`, holds two items:
 Orbax writes each step into `<step>.orbax-checkpoint-tmp-<time>/` and renames it when complete, so a crash
 mid-save leaves a temporary directory that is never listed as a step (and is deleted by the next writable
 `Checkpointer` on that directory). Orbax also coordinates processes: every process calls every method.
+
+Once a save is on disk (seen by `wait`, `close` or the next `save`), process 0 writes `<step>/MANIFEST` (sha256 of
+every file, `integrity.py`). Restoring the latest step verifies it first: a corrupted, truncated or incomplete
+step is named in one warning, moved aside to `<step>.corrupt` (so the run can save that step again) and the
+newest valid step is restored; when none is valid, or a step asked for by number is corrupt, restore raises
+`CorruptCheckpointError`. A step without a manifest (older jformer) is restored with a warning, unverified.
+A save that fails for lack of disk space (or any OSError) raises `CheckpointWriteError` naming the steps kept.
 """
 
 from __future__ import annotations
@@ -22,12 +29,21 @@ import grain
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from absl import logging
 from etils import epath
 from grain import checkpoint as grain_checkpoint
+
+from jformer import paths
+from jformer.checkpoint import integrity
 
 STATE_ITEM = "state"
 DATA_ITEM = "data"
 DataIterator = grain.DatasetIterator | grain.DataLoaderIterator
+CORRUPT_SUFFIX = ".corrupt"
+
+
+class CheckpointWriteError(ValueError):
+  """A checkpoint could not be written (e.g. the disk is full); the steps saved before it are intact."""
 
 
 class Checkpointer:
@@ -50,7 +66,7 @@ class Checkpointer:
 
   def __init__(
       self,
-      directory: str | os.PathLike[str],
+      directory: epath.PathLike,
       *,
       max_to_keep: int | None = 5,
       save_interval_steps: int = 1000,
@@ -65,7 +81,7 @@ class Checkpointer:
       max_to_keep: keep the newest this many steps and delete older ones after each save; None keeps all.
         Parameter averaging (`average_params(last=N)`) needs `max_to_keep >= N`.
       save_interval_steps: `save` writes only steps that are multiples of this (unless `force=True`);
-        Orbax also saves at any step when a preemption signal was received (multi-host TPU jobs).
+        Orbax also saves the step `reached_preemption` agrees on after a preemption notice (multi-process).
       async_save: write in a background thread; `save` returns once the arrays are copied off the device.
       read_only: open an existing directory to restore or read params (evaluation, averaging) without
         ever writing, deleting or cleaning up in it; `save` then raises.
@@ -74,7 +90,7 @@ class Checkpointer:
       raise ValueError(f"max_to_keep must be a positive int or None (keep all), got {max_to_keep!r}.")
     if not isinstance(save_interval_steps, int) or save_interval_steps < 1:
       raise ValueError(f"save_interval_steps must be a positive int, got {save_interval_steps!r}.")
-    self._directory = absolute_path(directory)
+    self._directory = paths.absolute(directory)
     self._read_only = read_only
     if read_only:
       if not self._directory.is_dir():
@@ -92,6 +108,8 @@ class Checkpointer:
           enable_async_checkpointing=async_save,
       )
     self._manager = ocp.CheckpointManager(self._directory, options=options, handler_registry=_handler_registry())
+    self._unsealed: list[int] = []  # steps this Checkpointer saved that have no manifest yet.
+    self._write_failed = False  # a save raised CheckpointWriteError: close() then only releases resources.
 
   @property
   def directory(self) -> epath.Path:
@@ -122,7 +140,27 @@ class Checkpointer:
     if data_iterator is not None:
       _check_iterator(data_iterator)
       args[DATA_ITEM] = grain_checkpoint.CheckpointSave(data_iterator)
-    return self._manager.save(step, args=ocp.args.Composite(**args), force=force)
+    if not (force or self._manager.should_save(step)):
+      return False
+    self.wait()  # the previous save's manifest (Orbax would wait for that save anyway).
+    try:
+      self._manager.save(step, args=ocp.args.Composite(**args), force=force)
+    except Exception as e:
+      self._raise_write_error(e, step)
+    self._unsealed.append(step)
+    if not self._manager.is_saving_in_progress():
+      self.wait()
+    return True
+
+  def should_save(self, step: int) -> bool:
+    """Whether `save(step, ...)` (without `force`) would write checkpoint `step` (see `save`)."""
+    return not self._read_only and self._manager.should_save(_as_step(step))
+
+  def reached_preemption(self, step: int) -> bool:
+    """True at the step every process agreed to save at after one of them received a preemption notice
+    (SIGTERM; JAX's multi-host preemption sync point, so call it with every step on every process). Always
+    False in a single-process run (no `jax.distributed` client): there the caller watches for SIGTERM itself."""
+    return self._manager.reached_preemption(_as_step(step))
 
   def latest_step(self) -> int | None:
     """The newest saved step (possibly still being written asynchronously), or None when there is none."""
@@ -135,7 +173,8 @@ class Checkpointer:
   def restore(self, state_template: Any, data_iterator: DataIterator | None = None, step: int | None = None) -> Any:
     """Restores checkpoint `step` (default: the latest) into the structure of `state_template`.
 
-    Waits for a pending asynchronous save first, so the step just saved can be restored.
+    Waits for a pending asynchronous save first, so the step just saved can be restored. The step is verified
+    against its manifest; by default a corrupt latest step falls back to the newest valid one (module docstring).
 
     Args:
       state_template: a pytree with the saved tree's structure whose leaves say how to restore each array:
@@ -148,7 +187,7 @@ class Checkpointer:
     Returns:
       The restored state, of the template's pytree type.
     """
-    step = self._existing_step(step)
+    step = self._valid_step(step)
     target = abstract_state(state_template)
     restore_args = ocp.checkpoint_utils.construct_restore_args(target)
     args = {STATE_ITEM: ocp.args.PyTreeRestore(item=target, restore_args=restore_args)}
@@ -159,6 +198,7 @@ class Checkpointer:
             f"Checkpoint {step} in {self._directory} holds no data-iterator state (it was saved without "
             "`data_iterator`); restore it with data_iterator=None and position the iterator yourself."
         )
+      _check_process_count(self._directory / str(step) / DATA_ITEM)
       args[DATA_ITEM] = grain_checkpoint.CheckpointRestore(data_iterator)
     try:
       return self._manager.restore(step, args=ocp.args.Composite(**args))[STATE_ITEM]
@@ -175,9 +215,10 @@ class Checkpointer:
     """Reads only the `params` subtree of checkpoint `step` (default: the latest) as NumPy arrays.
 
     Needs no template: the structure, shapes and dtypes come from the checkpoint's metadata, and no other
-    part of the state (e.g. the optimizer moments) is read. Each process reads the whole arrays.
+    part of the state (e.g. the optimizer moments) is read. Each process reads the whole arrays. The step is
+    verified like `restore`'s, and params holding NaN or inf raise `CorruptCheckpointError`.
     """
-    step = self._existing_step(step)
+    step = self._valid_step(step)
     tree = self._manager.metadata(step).item_metadata[STATE_ITEM].tree
     if not isinstance(tree, Mapping) or "params" not in tree:
       keys = sorted(tree) if isinstance(tree, Mapping) else type(tree).__name__
@@ -188,15 +229,33 @@ class Checkpointer:
     params = tree["params"]
     restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), params)
     args = ocp.args.PyTreeRestore(item={"params": params}, restore_args={"params": restore_args}, partial_restore=True)
-    return self._manager.restore(step, args=ocp.args.Composite(**{STATE_ITEM: args}))[STATE_ITEM]["params"]
+    params = self._manager.restore(step, args=ocp.args.Composite(**{STATE_ITEM: args}))[STATE_ITEM]["params"]
+    integrity.check_finite(params, f"checkpoint {step} in {self._directory}")
+    return params
 
   def wait(self) -> None:
-    """Blocks until the running asynchronous save (if any) is on disk; re-raises its error."""
-    self._manager.wait_until_finished()
+    """Blocks until the running asynchronous save (if any) is on disk and writes its manifest; a failed save
+    raises `CheckpointWriteError` (an OSError such as a full disk) or re-raises its error."""
+    try:
+      self._manager.wait_until_finished()
+    except Exception as e:
+      self._raise_write_error(e, self._unsealed[-1] if self._unsealed else None)
+    if jax.process_index() == 0:
+      for step in self._unsealed:
+        if (folder := self._directory / str(step)).is_dir():  # a step deleted by max_to_keep needs none.
+          integrity.write_manifest(folder)
+    self._unsealed = []
 
   def close(self) -> None:
-    """Waits for pending saves and deletions, then releases the manager's resources."""
-    self._manager.close()
+    """Waits for pending saves (writing their manifests) and deletions, then releases the manager's resources."""
+    try:
+      self.wait()
+    finally:
+      try:
+        self._manager.close()
+      except Exception:  # Orbax re-raises the failed save's error, already raised as a CheckpointWriteError.
+        if not self._write_failed:
+          raise
 
   def __enter__(self) -> Checkpointer:
     return self
@@ -204,18 +263,73 @@ class Checkpointer:
   def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None):
     self.close()
 
-  def _existing_step(self, step: int | None) -> int:
-    """`step` (default: the latest), checked to be a checkpoint in the directory, after pending saves finish."""
+  def _valid_step(self, step: int | None) -> int:
+    """`step`, checked to exist and match its manifest, after pending saves finish; default: the newest valid
+    step, after one warning naming the corrupt newer ones (moved aside to `<step>.corrupt` unless read-only)."""
     self.wait()
     steps = self.all_steps()
     if not steps:
       raise FileNotFoundError(f"No complete checkpoint in {self._directory}.")
-    if step is None:
-      return steps[-1]
-    step = _as_step(step)
-    if step not in steps:
-      raise FileNotFoundError(f"No checkpoint for step {step} in {self._directory}; the steps there are {steps}.")
+    if step is not None:
+      step = _as_step(step)
+      if step not in steps:
+        raise FileNotFoundError(f"No checkpoint for step {step} in {self._directory}; the steps there are {steps}.")
+      if problem := self._problem(step):
+        raise integrity.CorruptCheckpointError(
+            f"checkpoint {step} in {self._directory} is corrupt: {problem}; use another step (the steps there are "
+            f"{steps}).")
+      return step
+    corrupt = []
+    for step in reversed(steps):
+      if (problem := self._problem(step)) is None:
+        break
+      corrupt.append(f"step {step} ({problem})")
+    else:
+      raise integrity.CorruptCheckpointError(
+          f"no valid checkpoint in {self._directory}: {'; '.join(corrupt)}. Restore those files from a copy, or "
+          f"move {self._directory} away to start the run over.")
+    moved = self._set_aside([s for s in steps if s > step])
+    logging.warning("corrupt checkpoint: %s in %s%s; restoring step %d instead.", "; ".join(corrupt),
+                    self._directory, f", moved to {', '.join(moved)}" if moved else "", step)
     return step
+
+  def _problem(self, step: int) -> str | None:
+    """Why checkpoint `step` is corrupt, or None; a step without a manifest is accepted with a warning."""
+    folder = self._directory / str(step)
+    if not integrity.has_manifest(folder):
+      logging.warning("checkpoint %d in %s has no %s (saved by an older jformer, or killed right after saving): "
+                      "restoring it unverified.", step, self._directory, integrity.MANIFEST)
+      return None
+    return integrity.verify(folder)
+
+  def _set_aside(self, steps: list[int]) -> list[str]:
+    """Renames corrupt `steps` to `<step>.corrupt` (process 0; not when read-only) so they can be saved again."""
+    if self._read_only or not steps:
+      return []
+    moved = [self._directory / f"{step}{CORRUPT_SUFFIX}" for step in steps]
+    if jax.process_index() == 0:
+      for step, target in zip(steps, moved, strict=True):
+        if target.exists():
+          target.rmtree()
+        (self._directory / str(step)).rename(target)
+    ocp.multihost.sync_global_processes("jformer_checkpoint_set_aside")
+    self._manager.reload()
+    return [os.fspath(path) for path in moved]
+
+  def _raise_write_error(self, error: Exception, step: int | None) -> None:
+    """Re-raises a failed save's OSError (found in the exception's causes) as one CheckpointWriteError line."""
+    cause = error
+    while cause is not None and not isinstance(cause, OSError):
+      cause = cause.__cause__ or cause.__context__
+    if cause is None:
+      raise error
+    self._unsealed, self._write_failed = [], True
+    kept = sorted(int(path.name) for path in self._directory.iterdir() if path.name.isdigit())
+    kept = [s for s in kept if s != step]
+    raise CheckpointWriteError(
+        f"could not write checkpoint {step} to {self._directory}: {cause.strerror or cause}. The steps saved before "
+        f"it are intact ({kept or 'none'}); free space (or fix the folder) and rerun the same command to resume"
+        f"{f' from step {kept[-1]}' if kept else ''}.") from error
 
 
 def abstract_state(template: Any) -> Any:
@@ -236,12 +350,6 @@ def abstract_state(template: Any) -> Any:
     return leaf
 
   return jax.tree_util.tree_map_with_path(to_target, template)
-
-
-def absolute_path(path: str | os.PathLike[str]) -> epath.Path:
-  """`path` as an `epath.Path`, relative local paths made absolute (Orbax's array writer requires it)."""
-  path = epath.Path(path)
-  return path if path.is_absolute() else path.resolve()
 
 
 def _handler_registry() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
@@ -265,6 +373,25 @@ def _as_step(step: Any) -> int:
   if value < 0:
     raise ValueError(f"step must be >= 0, got {value}.")
   return value
+
+
+def _check_process_count(data_dir: epath.Path) -> None:
+  """Refuses, naming both counts, a data item written by another number of processes than this run's.
+
+  grain saves one iterator position per process (`process_<i>-of-<n>.json`); each host's input stream is its own
+  shard, shuffled and packed on its own, so positions of n hosts cannot be re-split among another number.
+  """
+  count = jax.process_count()
+  files = data_dir.glob("process_*-of-*.json")
+  saved = sorted({path.name.rsplit("-of-", 1)[-1].removesuffix(".json") for path in files})
+  if saved and saved != [str(count)]:
+    raise ValueError(
+        f"checkpoint {data_dir.parent.name} in {data_dir.parent.parent} holds the input positions of "
+        f"{' or '.join(saved)} processes, but this run has {count}: each host reads, shuffles and packs its own "
+        f"shard of the data, so the data position cannot be carried over to another number of hosts. Resume with "
+        f"{' or '.join(saved)} processes, or start a new --workdir (`jformer train` there starts the data from the "
+        "beginning)."
+    )
 
 
 def _check_iterator(data_iterator: Any) -> None:

@@ -3,33 +3,41 @@
     <workdir>/checkpoints/   the training state every `train.checkpoint_every` steps (`Checkpointer`)
     <workdir>/averaged/      the mean parameters of the last checkpoints (`save_params`; `jformer average-checkpoints`
                              or `train.average_checkpoints`)
+
+`workdir` is a local folder or any `etils.epath` path (gs://bucket/run).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
+
+from etils import epath
 
 from jformer.checkpoint.averaging import load_params
 from jformer.checkpoint.manager import Checkpointer
 
 
-def checkpoints_dir(workdir: str) -> str:
+def checkpoints_dir(workdir: epath.PathLike) -> epath.Path:
   """`<workdir>/checkpoints`: the run's `Checkpointer` directory."""
-  return os.path.join(workdir, "checkpoints")
+  return epath.Path(workdir) / "checkpoints"
 
 
-def averaged_dir(workdir: str) -> str:
+def averaged_dir(workdir: epath.PathLike) -> epath.Path:
   """`<workdir>/averaged`: the run's averaged parameters."""
-  return os.path.join(workdir, "averaged")
+  return epath.Path(workdir) / "averaged"
 
 
-def load_run_params(workdir: str, which: str = "auto") -> Any:
+def load_run_params(workdir: epath.PathLike, which: str = "auto") -> Any:
   """Parameters of a run: 'averaged' (<workdir>/averaged), 'latest', a step number, or 'auto' (averaged if any)."""
   averaged = averaged_dir(workdir)
-  if which == "averaged" or (which == "auto" and os.path.isdir(averaged)):
+  if which == "averaged" or (which == "auto" and averaged.is_dir()):
     return load_params(averaged)
-  with Checkpointer(checkpoints_dir(workdir), read_only=True) as checkpointer:
+  directory = checkpoints_dir(workdir)
+  if not directory.is_dir():
+    raise FileNotFoundError(f"no checkpoints in {directory}; train first (jformer train --workdir={workdir}), or let "
+                            "the run reach its first train.checkpoint_every step.")
+  with Checkpointer(directory, read_only=True) as checkpointer:
     if checkpointer.latest_step() is None:
-      raise FileNotFoundError(f"no checkpoints in {checkpointer.directory}; train first")
+      raise FileNotFoundError(f"no checkpoints in {checkpointer.directory}; train first (jformer train "
+                              f"--workdir={workdir}), or let the run reach its first train.checkpoint_every step.")
     return checkpointer.restore_params(None if which in ("auto", "latest") else int(which))

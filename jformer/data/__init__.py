@@ -1,6 +1,7 @@
 """Data: shared SentencePiece vocabulary, dataset registry (tfds ArrayRecord sources) and grain pipelines.
 
-Typical use (one host; multi-host: let one process train the tokenizer first, or share the cached file):
+Typical use (one host; with several processes, `prepare(config, workdir)` builds the data and the vocabulary once
+and `make_datasets` reads and tokenizes only this host's shard):
 
     train_source = load_split("parallel_text", "train", path="", data_dir=f"{workdir}/tfds")
     tok = get_tokenizer(f"{workdir}/vocab/spm_8000.model", lambda: pair_texts(train_source), vocab_size=8000)
@@ -9,22 +10,25 @@ Typical use (one host; multi-host: let one process train the tokenizer first, or
     batch = next(data.train)            # dict of int32 [64, 64]: see `pipeline` for the six keys
     state = data.train.get_state()      # resume with data.train.set_state(state)
 
-A training run reads the same from its config: `load_tokenizer(config, workdir)`, `source_args(config, workdir)`.
+A training run reads the same from its config: `prepare(config, workdir)` (the tokenizer), `source_args(config,
+workdir)`.
 
 Token ids (`jformer.ops.tokens`): pad = 0, eos = 1, unk = 2, no bos; source and target sequences end with EOS.
 """
 
+from jformer.data.checks import check_run_inputs
 from jformer.data.pipeline import (BATCH_KEYS, Datasets, TokenizedPairs, eval_dataset, make_datasets, pad_example,
                                    tokenize_pairs, train_dataset)
+from jformer.data.preparation import prepare
 from jformer.data.sources import (SPLITS, TextPairSource, available_datasets, bundled_corpus_path, get_dataset,
                                   load_split, pair_texts, register_dataset)
 from jformer.data.tokenizer import Tokenizer, get_tokenizer, train_tokenizer
-from jformer.data.workdir import load_tokenizer, source_args
+from jformer.data.workdir import load_tokenizer, source_args, vocab_path
 from jformer.ops.tokens import EOS_ID, PAD_ID, UNK_ID
 
 __all__ = [
     "BATCH_KEYS", "Datasets", "EOS_ID", "PAD_ID", "SPLITS", "TextPairSource", "TokenizedPairs", "Tokenizer", "UNK_ID",
-    "available_datasets", "bundled_corpus_path", "eval_dataset", "get_dataset", "get_tokenizer", "load_split",
-    "load_tokenizer", "make_datasets", "pad_example", "pair_texts", "register_dataset", "source_args",
-    "tokenize_pairs", "train_dataset", "train_tokenizer"
+    "available_datasets", "bundled_corpus_path", "check_run_inputs", "eval_dataset", "get_dataset", "get_tokenizer",
+    "load_split", "load_tokenizer", "make_datasets", "pad_example", "pair_texts", "prepare", "register_dataset",
+    "source_args", "tokenize_pairs", "train_dataset", "train_tokenizer", "vocab_path"
 ]

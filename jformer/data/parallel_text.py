@@ -15,62 +15,58 @@ import gzip
 import hashlib
 import os
 import re
-from typing import IO, Iterator
+from typing import Iterator
 
 import tensorflow_datasets as tfds
 from etils import epath
+
+from jformer import paths, text
 
 SPLITS = ("train", "valid", "test")
 SIDES = ("src", "tgt")
 
 
-def _open_text(path: str) -> IO[str]:
-  """Opens a UTF-8 text file, gunzipping `.gz`; lines split at "\\n" only."""
-  if path.endswith(".gz"):
-    return gzip.open(path, "rt", encoding="utf-8", newline="\n")
-  return open(path, encoding="utf-8", newline="\n")
-
-
 def read_lines(path: str) -> Iterator[str]:
-  """Yields the lines of `path` without their line ending."""
-  with _open_text(path) as f:
-    for line in f:
-      yield line.rstrip("\r\n")
+  """Yields the lines of `path` (UTF-8, plain or gzipped `.gz`, local or any `etils.epath` path) without their line
+  ending; lines split at "\\n" only. A line that is not UTF-8 raises a ValueError naming the file and the line."""
+  with epath.Path(path).open("rb") as raw, (gzip.open(raw, "rb") if path.endswith(".gz") else raw) as f:
+    yield from text.utf8_lines(f, path, fix="convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8`).")
 
 
 def count_lines(path: str) -> int:
-  """Number of lines of `path`; a file that is not UTF-8 text raises a ValueError naming it."""
+  """Number of lines of `path`; a file that is not UTF-8 text raises a ValueError naming it and its first bad line."""
   try:
     return sum(1 for _ in read_lines(path))
-  except (UnicodeDecodeError, OSError) as e:
-    raise ValueError(f"cannot read {path} as UTF-8 text ({e}); give plain or gzipped UTF-8 files.") from e
+  except OSError as e:
+    raise ValueError(f"cannot read {path} ({e}); give plain or gzipped UTF-8 files.") from e
 
 
-def find_split_files(folder: str) -> dict[str, tuple[str, str]]:
+def find_split_files(folder: epath.PathLike) -> dict[str, tuple[str, str]]:
   """Maps each split to its `(src, tgt)` file paths, taking `<split>.<side>` or `<split>.<side>.gz`.
 
   Raises:
     ValueError: the folder is missing, a file is missing, or both a plain and a gzipped copy exist.
   """
-  if not os.path.isdir(folder):
-    raise ValueError(f"parallel text folder {folder!r} does not exist; set the dataset path to a folder with "
-                     f"{{{','.join(SPLITS)}}}.{{{','.join(SIDES)}}} files (optionally .gz).")
+  folder = epath.Path(folder)
+  if not folder.is_dir():
+    raise ValueError(f"parallel text folder {os.fspath(folder)!r} does not exist; set --config.data.path to a "
+                     f"folder with {{{','.join(SPLITS)}}}.{{{','.join(SIDES)}}} files (optionally .gz).")
   files, missing = {}, []
   for split in SPLITS:
-    paths = []
+    pair = []
     for side in SIDES:
-      plain = os.path.join(folder, f"{split}.{side}")
-      found = [p for p in (plain, plain + ".gz") if os.path.isfile(p)]
+      plain = os.fspath(folder / f"{split}.{side}")
+      found = [p for p in (plain, plain + ".gz") if epath.Path(p).is_file()]
       if len(found) == 2:
         raise ValueError(f"both {found[0]} and {found[1]} exist; keep only one of them.")
       if not found:
         missing.append(f"{split}.{side}[.gz]")
-      paths.extend(found)
-    files[split] = tuple(paths)
+      pair.extend(found)
+    files[split] = tuple(pair)
   if missing:
-    present = sorted(os.listdir(folder))
-    raise ValueError(f"parallel text folder {folder} lacks {missing} (it holds {present}); every split in "
-                     f"{SPLITS} needs a .src and a .tgt file.")
+    present = sorted(p.name for p in folder.iterdir())
+    raise ValueError(f"parallel text folder {folder} (data.path) lacks {missing} (it holds {present}); every split "
+                     f"in {SPLITS} needs a .src and a .tgt file.")
   return files
 
 
@@ -81,7 +77,8 @@ def check_aligned(files: dict[str, tuple[str, str]]) -> dict[str, int]:
     n_src, n_tgt = count_lines(src), count_lines(tgt)
     empty = [p for p, n in ((src, n_src), (tgt, n_tgt)) if n == 0]
     if empty:
-      raise ValueError(f"empty file(s) {empty} in split '{split}'; each split needs at least one line pair.")
+      raise ValueError(f"empty file(s) {empty} in split '{split}'; each split needs at least one line pair (fill "
+                       "them, or point data.path at another folder).")
     if n_src != n_tgt:
       raise ValueError(f"misaligned split '{split}': {src} has {n_src} lines but {tgt} has {n_tgt}; line i of "
                        "one must translate line i of the other (fix or regenerate the files).")
@@ -89,13 +86,21 @@ def check_aligned(files: dict[str, tuple[str, str]]) -> dict[str, int]:
   return sizes
 
 
-def fingerprint(folder: str, files: dict[str, tuple[str, str]]) -> str:
+def fingerprint(folder: epath.PathLike, files: dict[str, tuple[str, str]]) -> str:
   """A short hash of the folder's absolute path and its files' names, sizes and mtimes."""
-  h = hashlib.sha256(os.path.abspath(folder).encode())
+  h = hashlib.sha256(os.fspath(paths.absolute(folder)).encode())
   for path in sorted(p for pair in files.values() for p in pair):
-    st = os.stat(path)
-    h.update(f"\0{os.path.basename(path)}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    h.update(f"\0{epath.Path(path).name}\0{_size_and_mtime(path)}".encode())
   return h.hexdigest()[:16]
+
+
+def _size_and_mtime(path: str) -> str:
+  """`size\\0mtime` of a file: the mtime in nanoseconds where local, in the store's resolution (seconds) elsewhere."""
+  if paths.is_local(path):
+    st = os.stat(path)
+    return f"{st.st_size}\0{st.st_mtime_ns}"
+  st = epath.Path(path).stat()
+  return f"{st.length}\0{st.mtime}"
 
 
 class ParallelTextConfig(tfds.core.BuilderConfig):
@@ -135,17 +140,17 @@ class ParallelText(tfds.core.GeneratorBasedBuilder, skip_registration=True):
       yield i, {"src": source, "tgt": target}
 
 
-def prepare(folder: str, data_dir: str | None) -> ParallelText:
+def prepare(folder: epath.PathLike, data_dir: epath.PathLike | None) -> ParallelText:
   """The builder of `folder`, prepared (ArrayRecord) under `data_dir` unless that was already done.
 
   Args:
-    folder: the folder of aligned files.
-    data_dir: tfds data directory; None = tfds's default (`~/tensorflow_datasets`).
+    folder: the folder of aligned files (local or any `etils.epath` path, e.g. gs://).
+    data_dir: tfds data directory (local or gs://...); None = tfds's default (`~/tensorflow_datasets`).
   """
-  folder = os.path.abspath(folder)
+  folder = paths.absolute(folder)
   files = find_split_files(folder)
-  name = re.sub(r"[^A-Za-z0-9_]", "_", os.path.basename(folder))[:48] or "root"
-  config = ParallelTextConfig(name=f"{name}-{fingerprint(folder, files)}", folder=folder)
+  name = re.sub(r"[^A-Za-z0-9_]", "_", folder.name)[:48] or "root"
+  config = ParallelTextConfig(name=f"{name}-{fingerprint(folder, files)}", folder=os.fspath(folder))
   builder = ParallelText(config=config, data_dir=data_dir, file_format="array_record")
   builder.download_and_prepare()
   return builder

@@ -6,9 +6,10 @@ A batch is a dict of int32 numpy arrays, each `[batch, max_length]`:
                                                0 = padding (un-packed rows: 1 on tokens).
   inputs_position, targets_position            position of the token within its own example, 0 at padding.
 
-Each split is tokenized once and kept in memory as ragged int32 arrays (`TokenizedPairs`). The training iterator is
-a grain `DatasetIterator`: `get_state()`/`set_state()` resume it exactly. Each host (`shard_index` of
-`shard_count`) reads a disjoint, strided slice of every split.
+Each host (`shard_index` of `shard_count`) reads and tokenizes only its disjoint, strided slice of a split, once,
+and keeps it in memory as ragged int32 arrays (`TokenizedPairs`). The training iterator is a grain
+`DatasetIterator` whose batches are built ahead in a background thread: `get_state()`/`set_state()` resume it
+exactly (with the same number of hosts).
 """
 
 from __future__ import annotations
@@ -129,60 +130,56 @@ def _rename_packed(row: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
           for key in BATCH_KEYS}
 
 
-def _shard(ds: grain.MapDataset, shard_index: int, shard_count: int) -> grain.MapDataset:
-  """Elements shard_index, shard_index + shard_count, ... of `ds`."""
-  if not 0 <= shard_index < shard_count:
-    raise ValueError(f"shard_index={shard_index} is not in [0, shard_count={shard_count}).")
-  return ds[shard_index::shard_count]
-
-
 def train_dataset(pairs: TokenizedPairs, *, batch_size: int, max_length: int, packing: bool = True, seed: int = 0,
-                  num_epochs: int | None = None, shard_index: int = 0, shard_count: int = 1,
-                  drop_remainder: bool = True) -> grain.IterDataset:
-  """Training batches of this host: shuffled (differently each epoch), packed or padded.
+                  num_epochs: int | None = None, drop_remainder: bool = True, prefetch: int = 0) -> grain.IterDataset:
+  """Training batches of one host from its pairs: shuffled (differently each epoch), packed or padded.
 
   Args:
-    pairs: the tokenized training split (every side at most `max_length` tokens).
+    pairs: this host's tokenized training examples (every side at most `max_length` tokens).
     batch_size: rows per batch on this host.
     max_length: tokens per row.
     packing: pack several examples per row (greedy first-fit over `batch_size` rows at a time); else one per row.
     seed: shuffle (and packed-row order) seed.
     num_epochs: passes over the data; None = forever.
-    shard_index, shard_count: this host reads examples shard_index, shard_index + shard_count, ...
     drop_remainder: drop the last partial batch of a finite run (else it has fewer rows).
+    prefetch: batches built ahead in a background thread (grain's `ThreadPrefetchIterDataset`); 0 = none.
 
   Returns:
     An IterDataset of batches (dicts of int32 `[batch_size, max_length]`, keys `BATCH_KEYS`); `iter()` of it is
-    a checkpointable `grain.DatasetIterator`.
+    a checkpointable `grain.DatasetIterator` (with prefetch, its state is that of the last batch returned).
   """
-  ds = _shard(grain.MapDataset.source(pairs), shard_index, shard_count)
-  if not len(ds):
-    raise ValueError(f"shard {shard_index} of {shard_count} has no training examples ({len(pairs)} in all, "
-                     f"{pairs.dropped} dropped as longer than max_length); raise max_length, use "
-                     "long_examples='truncate' or use fewer shards.")
-  ds = ds.shuffle(seed).repeat(num_epochs).to_iter_dataset(grain.ReadOptions(num_threads=0))
+  if not len(pairs):
+    raise ValueError(f"no training examples ({pairs.dropped} dropped as longer than max_length={max_length}); "
+                     "raise max_length, use long_examples='truncate' or, with several hosts, use fewer hosts.")
+  ds = grain.MapDataset.source(pairs).shuffle(seed).repeat(num_epochs).to_iter_dataset(
+      grain.ReadOptions(num_threads=0))
   if packing:
     ds = grain.experimental.FirstFitPackIterDataset(
         ds, length_struct={f: max_length for f in FEATURES}, num_packing_bins=batch_size, seed=seed,
         shuffle_bins=True).map(_rename_packed)
   else:
     ds = ds.map(lambda example: pad_example(example, max_length))
-  return ds.batch(batch_size, drop_remainder=drop_remainder)
+  ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+  return grain.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=prefetch) if prefetch else ds
 
 
-def eval_dataset(pairs: TokenizedPairs, *, batch_size: int, max_length: int, shard_index: int = 0,
-                 shard_count: int = 1) -> grain.MapDataset:
-  """Eval batches of this host: every example once, in order, un-packed; all-padding rows fill the end.
+def eval_dataset(pairs: TokenizedPairs, *, batch_size: int, max_length: int, min_examples: int = 0
+                 ) -> grain.MapDataset:
+  """Eval batches of one host: each of its examples once, in order, un-packed; all-padding rows fill the end.
 
-  Every host gets the same number of batches, `ceil(ceil(len(pairs) / shard_count) / batch_size)`, so a
-  multi-host eval loop stays in step; padding rows (segmentation 0 everywhere) carry no loss weight.
+  Args:
+    pairs: this host's tokenized examples.
+    batch_size, max_length: rows per batch, tokens per row.
+    min_examples: rows before rounding up to whole batches, if more than `len(pairs)`: with several hosts, the
+      largest host's example count, so that every host gets the same number of batches and a multi-host eval
+      loop stays in step. Padding rows (segmentation 0 everywhere) carry no loss weight.
 
   Returns:
-    A MapDataset of batches (dicts of int32 `[batch_size, max_length]`, keys `BATCH_KEYS`).
+    A MapDataset of `ceil(max(len(pairs), min_examples) / batch_size)` batches (dicts of int32
+    `[batch_size, max_length]`, keys `BATCH_KEYS`).
   """
-  examples = _shard(grain.MapDataset.source(pairs), shard_index, shard_count)
-  per_host = -(-len(pairs) // shard_count)
-  num_batches = -(-per_host // batch_size)
+  examples = grain.MapDataset.source(pairs)
+  num_batches = -(-max(len(pairs), min_examples) // batch_size)
   empty = {f: np.zeros(0, np.int32) for f in FEATURES}
 
   def row(index: int) -> dict[str, np.ndarray]:
@@ -196,23 +193,44 @@ class Datasets:
   """What `make_datasets` returns.
 
   Attributes:
-    train: the checkpointable training iterator (`next()` -> batch; `get_state()`/`set_state()`).
-    train_pairs: the whole tokenized training split (before sharding), e.g. for its size and token count.
+    train: this host's checkpointable training iterator (`next()` -> batch; `get_state()`/`set_state()`).
+    train_pairs: this host's tokenized training examples (its shard of the split), e.g. for their token count.
     eval_batches: `eval_batches(split="valid")` -> a fresh finite iterable of padded batches of this host.
     raw_split: `raw_split(split="test")` -> (source strings, reference strings) of the whole split, for BLEU.
+    shard_index, shard_count: this host and the number of hosts that share the data.
+    split_sizes: pairs per split of the whole dataset (all hosts, before the length filter).
   """
   train: grain.DatasetIterator
   train_pairs: TokenizedPairs
   eval_batches: Callable[..., Iterable[dict[str, np.ndarray]]]
   raw_split: Callable[..., tuple[list[str], list[str]]]
+  shard_index: int = 0
+  shard_count: int = 1
+  split_sizes: dict[str, int] = dataclasses.field(default_factory=dict)
+
+  def describe(self, max_length: int) -> str:
+    """One line on the training data of this host, e.g. 'data: 400 training pairs (12,345 tokens), 3 dropped as
+    longer than 32 tokens' (with several hosts: '..., host 0 of 2 (800 pairs in the split)')."""
+    pairs = self.train_pairs
+    line = (f"data: {len(pairs):,} training pairs ({pairs.num_tokens():,} tokens), {pairs.dropped:,} dropped as "
+            f"longer than {max_length} tokens")
+    if self.shard_count > 1:
+      line += f", host {self.shard_index} of {self.shard_count} ({self.split_sizes['train']:,} pairs in the split)"
+    return line
 
 
 def make_datasets(*, dataset: str, tokenizer: Tokenizer, batch_size: int, max_length: int, path: str = "",
                   data_dir: str | None = None, packing: bool = True, long_examples: str = "drop", seed: int = 0,
                   num_epochs: int | None = None, eval_batch_size: int | None = None,
                   shard_index: int | None = None, shard_count: int | None = None, source_lang: str = "en",
-                  target_lang: str = "de") -> Datasets:
+                  target_lang: str = "de", prefetch: int = 2) -> Datasets:
   """The training iterator and eval/test accessors of one dataset, for this host.
+
+  Each host reads and tokenizes only its shard of the training and eval splits: pairs shard_index,
+  shard_index + shard_count, ... (`TextPairSource.shard`), then shuffles, packs and batches them on its own
+  (`train_dataset`). The global batch of step s is the concatenation of every host's batch s, so the data order
+  is a function of (seed, shard_count): a checkpoint's iterator positions (one per host) resume only with the
+  same number of hosts (`jformer.checkpoint` refuses another count, naming it).
 
   Args:
     dataset, path, data_dir, source_lang, target_lang: which data (see `sources.load_split`).
@@ -225,29 +243,35 @@ def make_datasets(*, dataset: str, tokenizer: Tokenizer, batch_size: int, max_le
     num_epochs: training passes; None = forever.
     eval_batch_size: eval rows per batch on this host; default batch_size.
     shard_index, shard_count: this host's slice; default `jax.process_index()`, `jax.process_count()`.
+    prefetch: training batches built ahead in a background thread; 0 = none.
   """
   shard_index = jax.process_index() if shard_index is None else shard_index
   shard_count = jax.process_count() if shard_count is None else shard_count
+  split_sizes: dict[str, int] = {}
 
   def load(split: str) -> sources.TextPairSource:
-    return sources.load_split(dataset, split, path=path, data_dir=data_dir, source_lang=source_lang,
-                              target_lang=target_lang)
+    source = sources.load_split(dataset, split, path=path, data_dir=data_dir, source_lang=source_lang,
+                                target_lang=target_lang)
+    split_sizes[split] = len(source)
+    return source
 
-  train_pairs = tokenize_pairs(load("train"), tokenizer, max_length=max_length, long_examples=long_examples,
-                               name=f"{dataset}/train")
+  train_pairs = tokenize_pairs(load("train").shard(shard_index, shard_count), tokenizer, max_length=max_length,
+                               long_examples=long_examples, name=f"{dataset}/train[{shard_index}::{shard_count}]")
   train = iter(train_dataset(train_pairs, batch_size=batch_size, max_length=max_length, packing=packing, seed=seed,
-                             num_epochs=num_epochs, shard_index=shard_index, shard_count=shard_count))
+                             num_epochs=num_epochs, prefetch=prefetch))
   eval_pairs: dict[str, TokenizedPairs] = {}
 
   def eval_batches(split: str = "valid") -> grain.MapDataset:
     if split not in eval_pairs:
-      eval_pairs[split] = tokenize_pairs(load(split), tokenizer, max_length=max_length, long_examples="truncate",
-                                         name=f"{dataset}/{split}")
+      eval_pairs[split] = tokenize_pairs(load(split).shard(shard_index, shard_count), tokenizer,
+                                         max_length=max_length, long_examples="truncate",
+                                         name=f"{dataset}/{split}[{shard_index}::{shard_count}]")
     return eval_dataset(eval_pairs[split], batch_size=eval_batch_size or batch_size, max_length=max_length,
-                        shard_index=shard_index, shard_count=shard_count)
+                        min_examples=-(-split_sizes[split] // shard_count))
 
   def raw_split(split: str = "test") -> tuple[list[str], list[str]]:
     pairs = list(load(split))
     return [p["inputs"] for p in pairs], [p["targets"] for p in pairs]
 
-  return Datasets(train=train, train_pairs=train_pairs, eval_batches=eval_batches, raw_split=raw_split)
+  return Datasets(train=train, train_pairs=train_pairs, eval_batches=eval_batches, raw_split=raw_split,
+                  shard_index=shard_index, shard_count=shard_count, split_sizes=split_sizes)

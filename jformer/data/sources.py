@@ -39,21 +39,32 @@ class TextPairSource:
     source: a sequence of feature dicts (`tfds.data_source` / `builder.as_data_source`), text as bytes or str.
     inputs_key: the feature that becomes "inputs" (source language).
     targets_key: the feature that becomes "targets" (target language).
+    indices: the records of `source` this view holds, in order; None = all (`shard` makes one host's view).
   """
 
-  def __init__(self, source: Sequence[dict[str, Any]], *, inputs_key: str, targets_key: str):
+  def __init__(self, source: Sequence[dict[str, Any]], *, inputs_key: str, targets_key: str,
+               indices: range | None = None):
     self._source = source
     self._keys = (inputs_key, targets_key)
+    self._indices = range(len(source)) if indices is None else indices
 
   def __len__(self) -> int:
-    return len(self._source)
+    return len(self._indices)
 
   def __getitem__(self, index: int) -> dict[str, str]:
-    return self._pair(self._source[index])
+    return self._pair(self._source[self._indices[index]])
 
   def __getitems__(self, indices: Sequence[int]) -> list[dict[str, str]]:
     """Batched read (much faster than one `__getitem__` per element)."""
-    return [self._pair(example) for example in self._source.__getitems__(list(indices))]
+    return [self._pair(example) for example in self._source.__getitems__([self._indices[i] for i in indices])]
+
+  def shard(self, shard_index: int, shard_count: int) -> TextPairSource:
+    """Elements shard_index, shard_index + shard_count, ... of this source: one host's share when `shard_count`
+    hosts read it. Nothing is read until the view is."""
+    if not 0 <= shard_index < shard_count:
+      raise ValueError(f"shard_index={shard_index} is not in [0, shard_count={shard_count}).")
+    return TextPairSource(self._source, inputs_key=self._keys[0], targets_key=self._keys[1],
+                          indices=self._indices[shard_index::shard_count])
 
   def __iter__(self) -> Iterator[dict[str, str]]:
     """All elements in order, read in chunks."""
@@ -61,7 +72,8 @@ class TextPairSource:
       yield from self.__getitems__(range(start, min(start + _READ_CHUNK, len(self))))
 
   def __repr__(self) -> str:
-    return f"TextPairSource({self._source!r}, inputs={self._keys[0]!r}, targets={self._keys[1]!r})"
+    view = "" if self._indices == range(len(self._source)) else f", indices={self._indices!r}"
+    return f"TextPairSource({self._source!r}, inputs={self._keys[0]!r}, targets={self._keys[1]!r}{view})"
 
   def _pair(self, example: dict[str, Any]) -> dict[str, str]:
     inputs, targets = (_as_str(example[k]) for k in self._keys)

@@ -9,13 +9,14 @@ from __future__ import annotations
 import io
 import os
 import random
-import tempfile
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import sentencepiece as spm
 from absl import logging
+from etils import epath
 
+from jformer import paths
 from jformer.ops.tokens import EOS_ID, PAD_ID, UNK_ID
 
 
@@ -37,10 +38,9 @@ class Tokenizer:
                        "file).")
 
   @classmethod
-  def from_file(cls, path: str | os.PathLike) -> Tokenizer:
-    """Loads a `.model` file written by `train_tokenizer`."""
-    with open(path, "rb") as f:
-      return cls(f.read())
+  def from_file(cls, path: epath.PathLike) -> Tokenizer:
+    """Loads a `.model` file written by `train_tokenizer` (a local path or any `etils.epath` one, e.g. gs://)."""
+    return cls(epath.Path(path).read_bytes())
 
   def __getstate__(self) -> dict:
     return {"model_proto": self.model_proto}
@@ -114,21 +114,22 @@ def train_tokenizer(texts: Iterable[str], *, vocab_size: int, model_type: str = 
   return Tokenizer(model.getvalue())
 
 
-def get_tokenizer(path: str | os.PathLike, texts_fn: Callable[[], Iterable[str]], *, vocab_size: int,
+def get_tokenizer(path: epath.PathLike, texts_fn: Callable[[], Iterable[str]], *, vocab_size: int,
                   model_type: str = "unigram", character_coverage: float = 0.9995, max_sentences: int = 1_000_000,
                   seed: int = 0) -> Tokenizer:
   """The tokenizer cached at `path` (e.g. `<workdir>/vocab/spm_8000.model`), trained and written there if missing.
 
   Args:
-    path: the cache file; reused as is when it exists (`texts_fn` is then not called).
+    path: the cache file, local or any `etils.epath` path (gs://...); reused as is when it exists (`texts_fn` is
+      then not called). The model is trained in memory and written as bytes (no local file needed).
     texts_fn: returns the training sentences; called only to train.
     vocab_size, model_type, character_coverage, max_sentences, seed: see `train_tokenizer`.
 
   Raises:
     ValueError: the cached model's vocabulary size differs from `vocab_size`.
   """
-  path = os.fspath(path)
-  if os.path.exists(path):
+  path = epath.Path(path)
+  if path.exists():
     tokenizer = Tokenizer.from_file(path)
     if tokenizer.vocab_size != vocab_size:
       raise ValueError(f"cached tokenizer {path} has vocab_size {tokenizer.vocab_size}, but {vocab_size} was asked "
@@ -137,20 +138,7 @@ def get_tokenizer(path: str | os.PathLike, texts_fn: Callable[[], Iterable[str]]
     return tokenizer
   tokenizer = train_tokenizer(texts_fn(), vocab_size=vocab_size, model_type=model_type,
                               character_coverage=character_coverage, max_sentences=max_sentences, seed=seed)
-  _write_atomically(path, tokenizer.model_proto)
+  paths.write_atomically(path, tokenizer.model_proto)
   logging.info("Trained tokenizer %s (vocab_size=%d, model_type=%s).", path, vocab_size, model_type)
   return tokenizer
 
-
-def _write_atomically(path: str, data: bytes) -> None:
-  """Writes `data` to `path` via a temporary file in the same folder, so readers never see a partial file."""
-  folder = os.path.dirname(path) or "."
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp_", suffix=".model")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-    os.replace(tmp, path)
-  except BaseException:
-    os.unlink(tmp)
-    raise

@@ -2,25 +2,38 @@
 
     <workdir>/tfds/    prepared tfds datasets, unless `data.data_dir` names another folder
     <workdir>/vocab/   the SentencePiece model trained for the run, unless `data.vocab_path` names one
+
+`workdir` (and `data.data_dir`, `data.vocab_path`) may be a local folder or any `etils.epath` path (gs://...).
 """
 
 from __future__ import annotations
 
 import os
 
+from etils import epath
+
+from jformer.data.checks import check_vocab
 from jformer.data.sources import load_split, pair_texts
 from jformer.data.tokenizer import Tokenizer, get_tokenizer
 
 
-def source_args(config, workdir: str) -> dict:
+def source_args(config, workdir: epath.PathLike) -> dict:
   """The keyword arguments of `load_split` / `make_datasets` that say where `config.data`'s dataset is read."""
-  return dict(path=config.data.path, data_dir=config.data.data_dir or os.path.join(workdir, "tfds"),
+  return dict(path=config.data.path, data_dir=config.data.data_dir or os.fspath(epath.Path(workdir) / "tfds"),
               source_lang=config.data.source_lang, target_lang=config.data.target_lang)
 
 
-def load_tokenizer(config, workdir: str) -> Tokenizer:
-  """The run's SentencePiece model: `data.vocab_path`, or trained once into `<workdir>/vocab/` and reused."""
-  path = config.data.vocab_path or os.path.join(workdir, "vocab", f"spm_{config.model.vocab_size}.model")
+def vocab_path(config, workdir: epath.PathLike) -> epath.Path:
+  """Where the run's SentencePiece model is: `data.vocab_path`, or `<workdir>/vocab/spm_<vocab_size>.model`."""
+  return epath.Path(config.data.vocab_path or epath.Path(workdir) / "vocab" / f"spm_{config.model.vocab_size}.model")
+
+
+def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer:
+  """The run's SentencePiece model: `data.vocab_path` (which must exist), or trained once into `<workdir>/vocab/`
+  and reused."""
+  if config.data.vocab_path:
+    check_vocab(config.data.vocab_path, config.model.vocab_size)
   return get_tokenizer(
-      path, lambda: pair_texts(load_split(config.data.dataset, "train", **source_args(config, workdir))),
+      vocab_path(config, workdir),
+      lambda: pair_texts(load_split(config.data.dataset, "train", **source_args(config, workdir))),
       vocab_size=config.model.vocab_size, max_sentences=config.data.spm_max_sentences)

@@ -11,6 +11,10 @@ and hold 0 after EOS.
   sample(tokens_to_logits, cache, rng, *, batch_size, max_decode_len, temperature=1.0, top_k=0, top_p=1.0,
          eos_id=1, max_lengths=None) -> [B, L]
   flat_batch_beam_expand(x, beam_size): [B, ...] -> [B * beam, ...], to expand what the model closes over
+
+`jformer.decode.distributed.RowParallel` splits a batch's rows across every device of every process (the
+`Translator` in `jformer.decode.translator` decodes that way); sampling with one key per row keeps each row's
+sample independent of that split.
 """
 
 from jformer.decode.beam_search import beam_search, length_penalty

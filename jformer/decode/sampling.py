@@ -42,6 +42,16 @@ def _check_filter_args(top_k: int, top_p: float) -> None:
     raise ValueError(f"top_p must be in (0, 1], got {top_p}")
 
 
+def _is_per_row(rng: jax.Array, batch_size: int) -> bool:
+  """True if `rng` holds one key per row (`[B]` typed or `[B, 2]` raw keys), False for a single key."""
+  key_ndim = jnp.ndim(rng) - (0 if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key) else 1)
+  if key_ndim == 0:
+    return False
+  if key_ndim != 1 or rng.shape[0] != batch_size:
+    raise ValueError(f"rng must be one PRNG key or one per row ({batch_size}), got shape {rng.shape}")
+  return True
+
+
 def sample(
     tokens_to_logits: TokensToLogits,
     cache: PyTree,
@@ -57,11 +67,13 @@ def sample(
 ) -> jax.Array:
   """Sample each next token from softmax(filter_logits(logits / temperature)), until every row emitted EOS.
 
-  Same loop as `greedy_search`, with a sampling token picker; the key of step t is `fold_in(rng, t)`.
+  Same loop as `greedy_search`, with a sampling token picker; the key of step t is `fold_in(rng, t)`. With one key
+  per row, row b draws from `fold_in(rng[b], t)` alone, so its sample does not depend on the other rows (nor on
+  how rows are batched or split across devices).
 
   Args:
     tokens_to_logits, cache, batch_size, max_decode_len, eos_id, max_lengths: as in `greedy_search`.
-    rng: a PRNG key.
+    rng: a PRNG key, or one per row (`[B]` typed keys or `[B, 2]` raw `PRNGKey`s).
     temperature: static float >= 0; 0 is greedy search.
     top_k: static int; 0 is off.
     top_p: static float in (0, 1]; 1.0 is off.
@@ -76,8 +88,14 @@ def sample(
     return greedy_search(tokens_to_logits, cache, batch_size=batch_size, max_decode_len=max_decode_len,
                          eos_id=eos_id, max_lengths=max_lengths)
 
+  if rng is None:
+    raise ValueError("sampling needs a PRNG key: pass rng (one key, or one per row)")
+  per_row = _is_per_row(rng, batch_size)
+
   def pick(logits: jax.Array, step: jax.Array) -> jax.Array:
     logits = filter_logits(logits / temperature, top_k=top_k, top_p=top_p)
+    if per_row:
+      return jax.vmap(lambda key, row: jax.random.categorical(jax.random.fold_in(key, step), row))(rng, logits)
     return jax.random.categorical(jax.random.fold_in(rng, step), logits, axis=-1)
 
   return decode_loop(tokens_to_logits, cache, pick, batch_size=batch_size, max_decode_len=max_decode_len,

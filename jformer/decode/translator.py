@@ -13,10 +13,13 @@ from typing import Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import logging
 from flax import traverse_util
 
+from jformer import text
 from jformer.decode.beam_search import beam_search
 from jformer.decode.common import flat_batch_beam_expand
+from jformer.decode.distributed import RowParallel
 from jformer.decode.greedy import greedy_search
 from jformer.decode.sampling import sample
 from jformer.models.layers import CROSS_KEY, CROSS_VALUE
@@ -71,7 +74,8 @@ def translate_ids(model, params, inputs_BxS, *, max_decode_len: int, method: str
                   top_k: int = 0, top_p: float = 1.0):
   """Output ids `[B, max_decode_len]` (EOS then 0s) for source ids `[B, S]`; jit-able with static options.
 
-  Row i may produce at most `source length + max_extra_length` tokens (EOS forced there).
+  Row i may produce at most `source length + max_extra_length` tokens (EOS forced there). `rng` (sampling only) is
+  one PRNG key or one per row (`jformer.decode.sample`).
   """
   batch = inputs_BxS.shape[0]
   encoded = model.apply({"params": params}, inputs_BxS, method=model.encode)
@@ -93,49 +97,93 @@ def translate_ids(model, params, inputs_BxS, *, max_decode_len: int, method: str
 
 
 class Translator:
-  """Translates lists of sentences with a model, its params and a tokenizer.
+  """Translates lists of sentences with a model, its params and a tokenizer, on every device of every process.
 
-  Sentences are sorted by length and decoded in fixed-size batches whose source length is rounded up to a
-  multiple of `length_bucket`, so only a few shapes are compiled. An empty line gives an empty translation;
-  a source longer than the model's `max_length` is truncated to fit (its EOS kept).
+  Sentences are sorted by length and decoded in batches of `batch_size` (rounded up to a multiple of the number of
+  devices) whose source length is rounded up to a multiple of `length_bucket`, so only a few shapes are compiled.
+  Each batch is split across `devices` (default: all devices of all processes; `jformer.decode.distributed`), each
+  device decoding its share, and gathered back: every sentence gets the translation one device would give it
+  (sampling included: sentence i draws with `fold_in(rng, i)`, whatever its batch or device). With several
+  processes, every process must call with the same sentences; each gets all translations back.
+
+  An empty line gives an empty translation; a source longer than the model's `max_length` is truncated to fit
+  (its EOS kept), with one warning naming such lines.
   """
 
   def __init__(self, model, params, tokenizer, *, batch_size: int = 32, length_bucket: int = 16,
-               max_extra_length: int = 50, **decode_options):
-    self.model, self.params, self.tokenizer = model, params, tokenizer
-    self.batch_size, self.length_bucket = batch_size, length_bucket
+               max_extra_length: int = 50, devices: Sequence[jax.Device] | None = None, **decode_options):
+    self.model, self.tokenizer = model, tokenizer
+    self.parallel = RowParallel(devices)
+    self.params = self.parallel.replicate(params)
+    self.batch_size, self.length_bucket = self.parallel.padded_rows(batch_size), length_bucket
     self.max_length = model.config.max_length
     self.max_extra_length = max_extra_length
     self.decode_options = decode_options
-    self._decode = jax.jit(functools.partial(translate_ids, model, max_extra_length=max_extra_length,
-                                             **decode_options), static_argnames=("max_decode_len",))
+    self._decode = self.parallel.map_rows(self._decode_rows)
+
+  def _decode_rows(self, shared, rows, *, max_decode_len: int):
+    """One device's share: `rows` = (source ids [b, S], sentence indices [b]) -> output ids [b, max_decode_len]."""
+    params, rng = shared
+    inputs, sentences = rows
+    keys = None if rng is None else jax.vmap(jax.random.fold_in, (None, 0))(rng, sentences)
+    return translate_ids(self.model, params, inputs, max_decode_len=max_decode_len, rng=keys,
+                         max_extra_length=self.max_extra_length, **self.decode_options)
 
   def __call__(self, sentences: Sequence[str], rng=None) -> list[str]:
     ids = [self._source_ids(s) for s in sentences]
+    overlong = [i + 1 for i, x in enumerate(ids) if len(x) > self.max_length]
+    if overlong:
+      logging.warning("%d source line(s) (%s%s) longer than model.max_length=%d tokens: only their first %d tokens "
+                      "are translated.", len(overlong), ", ".join(map(str, overlong[:10])),
+                      ", ..." if len(overlong) > 10 else "", self.max_length, self.max_length - 1)
+      ids = [x if len(x) <= self.max_length else x[:self.max_length - 1] + x[-1:] for x in ids]
     order = sorted((i for i, x in enumerate(ids) if x), key=lambda i: len(ids[i]))
     outputs = [""] * len(sentences)
+    shared = (self.params, None if rng is None else self.parallel.replicate(_raw_key(rng)))
     for start in range(0, len(order), self.batch_size):
       chunk = order[start:start + self.batch_size]
       length = min(self.max_length, -(-max(len(ids[i]) for i in chunk) // self.length_bucket) * self.length_bucket)
-      inputs = np.zeros((self.batch_size, length), np.int32)
+      inputs = np.zeros((self.batch_size, length), np.int32)  # rows past the chunk: empty sources, dropped.
       for row, i in enumerate(chunk):
         inputs[row, :len(ids[i])] = ids[i]
+      sentence_ids = np.zeros((self.batch_size,), np.int32)
+      sentence_ids[:len(chunk)] = chunk
+      rows = self.parallel.shard_rows((inputs, sentence_ids))
       max_decode_len = min(self.max_length, length + self.max_extra_length)
-      extra = {} if rng is None else {"rng": jax.random.fold_in(rng, start)}
-      decoded = np.asarray(self._decode(self.params, jnp.asarray(inputs), max_decode_len=max_decode_len, **extra))
+      decoded = self.parallel.gather(self._decode(shared, rows, max_decode_len=max_decode_len))
       for row, i in enumerate(chunk):
         outputs[i] = self.tokenizer.decode(decoded[row])
     return outputs
 
   def _source_ids(self, sentence: str) -> list[int]:
-    if not sentence.strip():
-      return []
-    ids = self.tokenizer.encode(sentence)
-    return ids if len(ids) <= self.max_length else ids[:self.max_length - 1] + ids[-1:]
+    return self.tokenizer.encode(sentence) if sentence.strip() else []
+
+
+def source_lines(data: bytes, name: str) -> list[str]:
+  """The lines of `data` (UTF-8, "\\n"-separated; a final newline ends the last line, "\\r\\n" allowed).
+
+  Raises:
+    ValueError: `data` holds no line, or a line that is not UTF-8 text (binary input); `name` (e.g. "stdin") and
+      the line number are named.
+  """
+  lines = data.split(b"\n")
+  if lines[-1] == b"":
+    lines.pop()
+  if not lines:
+    raise ValueError(f"no source lines in {name}; give one sentence per line.")
+  return list(text.utf8_lines(lines, name, fix="give source sentences as UTF-8 text, one per line."))
+
+
+def _raw_key(rng) -> np.ndarray:
+  """A PRNG key (typed or raw) as its raw uint32 data, a plain array every process can hold."""
+  if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
+    rng = jax.random.key_data(rng)
+  return np.asarray(rng)
 
 
 def make_translator(config, model, params, tokenizer) -> Translator:
-  """A `Translator` with a run's decoding options (`config.decode`: method, beam, alpha, sampling, batch size)."""
+  """A `Translator` with a run's decoding options (`config.decode`: method, beam, alpha, sampling, batch size), on
+  all devices of all processes."""
   d = config.decode
   options = dict(method=d.method, beam_size=d.beam_size, alpha=d.alpha)
   if d.method == "sample":

@@ -139,6 +139,13 @@ class MultiHeadAttention(nn.Module):
   what it declares. When the 'intermediates' collection is mutable (`apply(..., mutable=["intermediates"])`),
   the attention weights `[B, H, T, S]` the variant applies (its `weights` function) are sown as
   'attention_weights'; nothing is sown for a variant without one. The output is unchanged.
+
+  Positions reach the attention function's masking only where the index does not imply them: decode steps
+  (slot order is not position order) and calls without segment ids. Self-attention with segment ids (training,
+  evaluation, packed or not) is masked by index: packed positions count up by one with the index inside each
+  example (`jformer.data` packing), so causal or windowed masking by index equals masking by position there,
+  and the segment ids hide the other examples' keys. Rotary and bias encodings still get the positions. So the
+  library kernels, which mask by index only, take packed causal training.
   """
   config: TransformerConfig
   causal: bool = False
@@ -176,9 +183,11 @@ class MultiHeadAttention(nn.Module):
     if decode and inputs_kv_BxSxD is None:
       key_BxSxGxK, value_BxSxGxK, kv_positions = self._update_cache(key_BxSxGxK, value_BxSxGxK, q_positions)
 
+    bias = None if self.position_bias is None else self.position_bias(q_positions, kv_positions)
+    if inputs_kv_BxSxD is None and not decode and q_segment_ids is not None:
+      q_positions = kv_positions = None  # implied by index and segments (class doc): the kernels take the call.
     masking = dict(causal=self.causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
-                   q_positions=q_positions, kv_positions=kv_positions,
-                   bias=None if self.position_bias is None else self.position_bias(q_positions, kv_positions))
+                   q_positions=q_positions, kv_positions=kv_positions, bias=bias)
     variant, options = cfg.attention_variant(), dict(cfg.attention_options)
     if variant.params:
       masking["params"] = plugin_params.DeclaredParams(variant.params, cfg.attention_param_dims(), name=variant.name)()

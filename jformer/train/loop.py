@@ -2,15 +2,18 @@
 
 Workdir layout: config.json (the resolved config), vocab/ (SentencePiece), tfds/ (prepared data),
 checkpoints/ (Orbax: state + data iterator), tensorboard/, results.json, averaged/ (averaged parameters).
-Running it again on the same workdir resumes from the latest checkpoint; SIGTERM saves and exits cleanly.
+Running it again on the same workdir resumes from the latest checkpoint. SIGTERM saves a step all hosts agree on
+(or, before the first step, saves nothing) and exits with status 0 (`jformer.train.preemption`).
+The workdir is a local folder or any `etils.epath` path (gs://bucket/run): every file goes through epath.
+
+The step loop never waits for the device: the step's metrics are summed on device and read every
+`train.log_every` steps, and before every evaluation, BLEU and checkpoint, where non-finite updates are checked.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import time
 
 import jax
@@ -18,11 +21,13 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
+from etils import epath
 
-from jformer import checkpoint, data, models, parallel
+from jformer import checkpoint, data, models, parallel, paths
 from jformer import config as config_lib
 from jformer.decode.translator import make_translator
-from jformer.train import bleu, optim
+from jformer.train import bleu, optim, workdir_lock
+from jformer.train.preemption import Preempted, Preemption
 from jformer.train.progress import Progress, format_duration, write_json
 from jformer.train.runner import make_runner
 from jformer.train.step import FINITE_CHECKS
@@ -39,27 +44,35 @@ class NonFiniteUpdateError(FloatingPointError):
   allows; the run stops and keeps the last good checkpoint."""
 
 
-def check_update(step: int, metrics: dict, allowed: int, checkpointer) -> int:
-  """Takes the train step's finiteness flags out of `metrics` and returns the run's skipped updates so far.
-
-  The step never applies a non-finite update (it keeps the old state), so every saved state is finite. Such a
-  skipped update is reported while at most `allowed` were skipped; the next one stops the run before anything
-  is saved, naming the step, what was non-finite and the last checkpoint.
-  """
-  finite, skipped = metrics.pop("finite"), int(metrics.pop("skipped_updates"))
-  if finite.all():
-    return skipped
+def _non_finite(finite) -> str:
+  """What a step's `FINITE_CHECKS` flags say was not finite, e.g. 'gradients and updated parameters'."""
   bad = [name for name, ok in zip(FINITE_CHECKS, finite) if not ok]
-  what = f"{', '.join(bad[:-1])} and {bad[-1]}" if len(bad) > 1 else bad[0]
-  if skipped <= allowed:
-    say(f"step {step}: non-finite {what}, update skipped ({skipped} of {allowed} allowed)")
-    return skipped
-  last = checkpointer.latest_step()
-  kept = (f"The last good checkpoint is step {last} in {checkpointer.directory}." if last is not None
-          else "No checkpoint was saved before it.")
-  after = f" after {allowed} skipped updates" if allowed else ""
-  raise NonFiniteUpdateError(f"step {step}: non-finite {what}; stopping{after} "
-                             f"(train.skip_nonfinite_updates={allowed}). {kept}")
+  return f"{', '.join(bad[:-1])} and {bad[-1]}" if len(bad) > 1 else bad[0]
+
+
+def check_update(totals: dict, first_step: int, last_step: int, allowed: int, checkpointer) -> int:
+  """Checks the train-step totals of steps `first_step`..`last_step`, read from the device
+  (`jformer.train.step.new_totals`), and returns the run's skipped updates so far.
+
+  The step never applies a non-finite update (it keeps the old state), so every saved state is finite. Skipped
+  updates are reported (how many, and the first) while at most `allowed` were skipped in the run; the first step
+  beyond that stops the run, naming that step, what was non-finite and the last checkpoint. The loop checks before
+  every save, so no checkpoint is written after that step.
+  """
+  skipped = int(totals["skipped_updates"])
+  if totals["stop_step"] >= 0:
+    last = checkpointer.latest_step()
+    kept = (f"The last good checkpoint is step {last} in {checkpointer.directory}." if last is not None
+            else "No checkpoint was saved before it.")
+    after = f" after {allowed} skipped updates" if allowed else ""
+    raise NonFiniteUpdateError(f"step {int(totals['stop_step'])}: non-finite {_non_finite(totals['stop_finite'])}; "
+                               f"stopping{after} (train.skip_nonfinite_updates={allowed}). {kept}")
+  count = int(totals["skipped"])
+  if count:
+    say(f"steps {first_step}-{last_step}: {count} non-finite update{'s' if count > 1 else ''} skipped, the first at "
+        f"step {int(totals['first_bad_step'])} (non-finite {_non_finite(totals['first_bad_finite'])}); "
+        f"{skipped} of {allowed} allowed")
+  return skipped
 
 
 def per_host(total: int, what: str) -> int:
@@ -69,20 +82,23 @@ def per_host(total: int, what: str) -> int:
   return total // hosts
 
 
-def write_config(config, workdir: str):
-  """Writes the resolved config; on resume, refuses a different model (its parameters would not fit)."""
-  path = os.path.join(workdir, "config.json")
-  resolved = json.loads(config.to_json_best_effort())
-  if os.path.exists(path):
-    previous = json.loads(config_lib.load_run(workdir).to_json_best_effort())
-    if previous["model"] != resolved["model"]:
-      changed = sorted(k for k in resolved["model"] if previous["model"].get(k) != resolved["model"][k])
-      raise ValueError(f"{workdir} holds a run with another model config (model.{', model.'.join(changed)} "
-                       f"differ from {path}); use a new --workdir")
-    changed = sorted(k for k in resolved if previous.get(k) != resolved[k])
-    if changed:
-      logging.warning("Resuming with changed config sections %s (previous config in %s).", changed, path)
-  write_json(path, resolved)
+def check_resume(config, workdir: epath.PathLike) -> None:
+  """On a workdir that holds a run (its config.json): refuses a change of the keys that define the run
+  (`config.RUN_KEYS`: model shape, vocabulary, data), naming them, and warns naming the other keys that changed.
+  Reads only, so a refused run leaves the workdir as it was."""
+  path = epath.Path(workdir) / "config.json"
+  if not path.exists():
+    return
+  changed = config_lib.check_same_run(config_lib.load_run(workdir), config, f"{workdir} holds a run that",
+                                      f"change them back (see {path}) or train in a new --workdir")
+  if changed:
+    logging.warning("Resuming with changed config keys: %s (previous config in %s).",
+                    ", ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changed.items()), path)
+
+
+def write_config(config, workdir: epath.PathLike) -> None:
+  """Writes the resolved config to `<workdir>/config.json` (after `check_resume`)."""
+  write_json(epath.Path(workdir) / "config.json", json.loads(config.to_json_best_effort()))
 
 
 def evaluate(eval_step, params, batches) -> dict:
@@ -98,7 +114,11 @@ def evaluate(eval_step, params, batches) -> dict:
 
 
 def test_bleu(config, model, params, tokenizer, datasets) -> dict:
-  """Decodes the test split (or its first `train.bleu_examples`) and scores it with sacreBLEU."""
+  """Decodes the test split (or its first `train.bleu_examples`) and scores it with sacreBLEU.
+
+  Every device of every host decodes its share of each batch (`jformer.decode.distributed`) and every host gets
+  all translations back; so every host must hold the same test split.
+  """
   sources, references = datasets.raw_split("test")
   if config.train.bleu_examples >= 0:
     sources, references = sources[:config.train.bleu_examples], references[:config.train.bleu_examples]
@@ -106,43 +126,46 @@ def test_bleu(config, model, params, tokenizer, datasets) -> dict:
   hypotheses = make_translator(config, model, params, tokenizer)(sources, rng=jax.random.PRNGKey(config.train.seed))
   score, signature = bleu.corpus_bleu(hypotheses, references)
   seconds = time.perf_counter() - start
-  say(f"BLEU {score:.2f} on {len(sources)} test sentences ({config.decode.method}, {seconds:.0f}s) | {signature}")
+  say(f"BLEU {score:.2f} on {len(sources)} test sentences ({config.decode.method} on {jax.device_count()} devices, "
+      f"{seconds:.0f}s) | {signature}")
   for source, hypothesis, reference in list(zip(sources, hypotheses, references))[:3]:
     say(f"  src: {source}\n  hyp: {hypothesis}\n  ref: {reference}")
   return {"bleu": score, "sacrebleu_signature": signature, "bleu_examples": len(sources),
           "decode_seconds": seconds}
 
 
-class _Preemption:
-  """Turns SIGTERM into a flag the loop checks after each step (then: save, exit cleanly)."""
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLike) -> dict:
+  """Trains `config` in `workdir` (resuming if it holds checkpoints) and returns the final results.
 
-  def __init__(self):
-    self.requested = False
-    self._previous = signal.signal(signal.SIGTERM, self._handle)
+  On SIGTERM it returns early with `preempted=True` in the results (see `jformer.train.preemption`). A second job
+  on the same workdir is refused while this one runs (`jformer.train.workdir_lock`).
+  """
+  workdir = paths.absolute(workdir)
+  check_resume(config, workdir)  # a changed model, vocabulary or data: one line naming the keys, nothing written.
+  data.check_run_inputs(config, workdir)  # bad data, vocabulary or workdir: one line, nothing written.
+  workdir.mkdir(parents=True, exist_ok=True)
+  with workdir_lock.hold(workdir), Preemption() as preemption:
+    try:
+      return _train_and_evaluate(config, workdir, preemption)
+    except Preempted as stop:
+      say(f"preempted {stop}: no step was trained since the last checkpoint, so none was saved; rerun the same "
+          "command to resume")
+      return {"preempted": True}
 
-  def _handle(self, signum, frame):
-    logging.warning("SIGTERM received: saving a checkpoint after this step, then exiting.")
-    self.requested = True
 
-  def restore(self):
-    signal.signal(signal.SIGTERM, self._previous)
-
-
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Trains `config` in `workdir` (resuming if it holds checkpoints) and returns the final results."""
-  workdir = os.path.abspath(workdir)
-  os.makedirs(workdir, exist_ok=True)
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLike, preemption: Preemption) -> dict:
   write_config(config, workdir)
-  tokenizer = data.load_tokenizer(config, workdir)
+  tokenizer = data.prepare(config, workdir)  # tfds data and vocabulary: process 0 first, then the others.
   if tokenizer.vocab_size != config.model.vocab_size:
     raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but model.vocab_size={config.model.vocab_size}")
+  preemption.check("during the data preparation")
   datasets = data.make_datasets(
       dataset=config.data.dataset, tokenizer=tokenizer, batch_size=per_host(config.data.batch_size, "batch_size"),
       max_length=config.data.max_length, packing=config.data.packing, long_examples=config.data.long_examples,
       seed=config.data.seed, eval_batch_size=per_host(config.data.eval_batch_size, "eval_batch_size"),
       **data.source_args(config, workdir))
-  say(f"data: {len(datasets.train_pairs):,} training pairs ({datasets.train_pairs.num_tokens():,} tokens), "
-      f"{datasets.train_pairs.dropped:,} dropped as longer than {config.data.max_length} tokens")
+  say(datasets.describe(config.data.max_length))
+  preemption.check("while reading the data")
 
   model = models.build(config)
   tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
@@ -161,10 +184,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
   start_step = int(runner.checkpoint_view(state).step)
 
   progress = Progress(workdir, config.train.steps, start_step)
-  preemption = _Preemption()
   results = {"step": start_step, "skipped_updates": int(runner.checkpoint_view(state).skipped_updates)}
+  totals, unread = runner.new_totals(), start_step + 1  # metrics of steps unread..step, summed on device.
   step = start_step
   try:
+    preemption.start(start_step, checkpointer)
     for step in range(start_step + 1, config.train.steps + 1):
       batch = next(datasets.train)
       input_tokens = float(np.count_nonzero(batch["inputs"]) + np.count_nonzero(batch["targets"]))
@@ -174,12 +198,24 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
           results["step_temp_mib"] = temp_bytes / 2**20
           say(f"train step: {results['step_temp_mib']:,.1f} MiB of temporary memory per device (compiled)")
       state, metrics = runner.train_step(state, batch)
-      results["skipped_updates"] = check_update(step, metrics, config.train.skip_nonfinite_updates, checkpointer)
-      progress.add(metrics, input_tokens, timed=step > start_step + 1)  # the first step includes compilation.
-      if step % config.train.log_every == 0 or step == config.train.steps:
+      totals = runner.add_to_totals(totals, metrics)
+      progress.step(input_tokens, timed=step > start_step + 1)  # the first step includes compilation.
+      preempted = preemption.reached(step, checkpointer)
+      last = step == config.train.steps
+      log = step % config.train.log_every == 0 or last
+      evaluate_now = not preempted and (step % config.train.eval_every == 0 or last)
+      bleu_now = not preempted and config.train.bleu_every and step % config.train.bleu_every == 0 and not last
+      save = preempted or last or checkpointer.should_save(step)
+      if log or evaluate_now or bleu_now or save:  # the step loop's one host round trip.
+        read = runner.read_totals(totals)
+        results["skipped_updates"] = check_update(read, unread, step, config.train.skip_nonfinite_updates,
+                                                  checkpointer)
+        progress.add(read)
+        totals, unread = runner.new_totals(), step + 1
+      if log:
         averages = progress.report(step)
         results.update(step=step, train_loss=averages["loss"], tokens_per_second=averages["tokens_per_second"])
-      if step % config.train.eval_every == 0 or step == config.train.steps:
+      if evaluate_now:
         with progress.paused():
           results.update({f"eval_{k}": v for k, v in
                           evaluate(runner.eval_step, state.params, datasets.eval_batches("valid")).items()})
@@ -187,19 +223,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
             f"perplexity {results['eval_perplexity']:.2f}")
         progress.scalars(step, {k[5:]: results[k] for k in ("eval_loss", "eval_accuracy", "eval_perplexity")},
                          prefix="eval/")
-      if config.train.bleu_every and step % config.train.bleu_every == 0 and step != config.train.steps:
+      if bleu_now:
         with progress.paused():
           progress.scalars(step, test_bleu(config, model, runner.host_params(state), tokenizer, datasets),
                            prefix="test/")
-      with progress.paused():
-        checkpointer.save(step, runner.checkpoint_view(state), datasets.train,
-                          force=step == config.train.steps or preemption.requested)
-      if preemption.requested:
+      if save:
+        with progress.paused():
+          checkpointer.save(step, runner.checkpoint_view(state), datasets.train, force=preempted or last)
+      if preempted:
         checkpointer.wait()
         say(f"preempted: saved step {step} to {checkpointer.directory}; rerun the same command to resume")
         results["preempted"] = True
         return results
     checkpointer.wait()
+    preemption.check("before the test-set BLEU")
     results["step"] = step
     params = runner.host_params(state)
     if config.train.average_checkpoints > 1:
@@ -210,12 +247,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict:
     results["train_seconds"] = progress.train_seconds + 0.0
     results["tokens_per_second"] = progress.train_tokens / max(progress.train_seconds, 1e-9)
     progress.scalars(results["step"], {"bleu": results["bleu"]}, prefix="test/")
-    write_json(os.path.join(workdir, "results.json"), results)
+    write_json(workdir / "results.json", results)
     say(f"done: step {results['step']}, BLEU {results['bleu']:.2f}, eval loss {results.get('eval_loss', 0):.4f}, "
         f"{results['tokens_per_second']:,.0f} tokens/s over {format_duration(results['train_seconds'])} of "
-        f"training; results in {os.path.join(workdir, 'results.json')}")
+        f"training; results in {workdir / 'results.json'}")
     return results
   finally:
-    preemption.restore()
     checkpointer.close()
     progress.close()

@@ -1,13 +1,23 @@
-"""Console progress lines (steps/s, tokens/s, ETA) and TensorBoard scalars, written by process 0 only."""
+"""Console progress lines (steps/s, tokens/s, ETA) and TensorBoard scalars, written by process 0 only.
+
+TensorBoard event files go to `<workdir>/tensorboard/`, local or on an object store (gs://, s3://, az://) through
+`etils.epath`.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import time
 
 import jax
+from etils import epath
+
+from jformer import paths
+
+from jformer.train import step as step_lib
 
 
 def format_duration(seconds: float) -> str:
@@ -17,33 +27,42 @@ def format_duration(seconds: float) -> str:
 
 
 class Progress:
-  """Averages step metrics between reports and prints `step | loss | acc | lr | steps/s | tokens/s | ETA`."""
+  """Averages step metrics between reports and prints `step | loss | acc | lr | steps/s | tokens/s | ETA`.
 
-  def __init__(self, workdir: str, total_steps: int, start_step: int):
+  The loop counts each step with `step` (host numbers only) and adds the train step's totals with `add` whenever
+  it reads them from the device (every `train.log_every` steps, and before eval and checkpoints).
+  """
+
+  def __init__(self, workdir: epath.PathLike, total_steps: int, start_step: int):
     self.is_chief = jax.process_index() == 0
     self.total_steps, self.start_step = total_steps, start_step
     self.writer = None
     if self.is_chief:
-      from tensorboardX import SummaryWriter  # No TensorFlow needed.
+      from tensorboardX import SummaryWriter, record_writer  # No TensorFlow needed.
 
-      self.writer = SummaryWriter(os.path.join(workdir, "tensorboard"))
+      for scheme in _OBJECT_STORES:
+        record_writer.register_writer_factory(scheme, _ObjectStoreEventFiles())
+      self.writer = SummaryWriter(os.fspath(epath.Path(workdir) / "tensorboard"))
     self._reset(time.perf_counter())
     self.train_seconds = 0.0
     self.train_tokens = 0.0
 
   def _reset(self, now: float):
-    self._sums, self._count, self._timed_steps, self._tokens = {}, 0, 0, 0.0
+    self._sums, self._timed_steps, self._tokens = {}, 0, 0.0
     self._since, self._paused = now, 0.0
 
-  def add(self, metrics: dict, input_tokens: float, *, timed: bool = True):
-    """Adds one step's host-side metrics; `input_tokens` counts real source + target tokens of the step.
+  def add(self, totals: dict):
+    """Adds train-step totals read from the device (`jformer.train.step.new_totals`) to this report's."""
+    for key in step_lib.SUMMED:
+      self._sums[key] = self._sums.get(key, 0.0) + float(totals[key])
+    self._sums["learning_rate"] = float(totals["learning_rate"])
+
+  def step(self, input_tokens: float, *, timed: bool = True):
+    """Counts one step; `input_tokens` counts real source + target tokens of the step (host numbers).
 
     With `timed=False` (the first step, which includes compilation) the step counts in the averages of the
     metrics but not in steps/s and tokens/s, and the clock restarts after it.
     """
-    for key, value in metrics.items():
-      self._sums[key] = self._sums.get(key, 0.0) + float(value)
-    self._count += 1
     if timed:
       self._timed_steps += 1
       self._tokens += input_tokens
@@ -54,17 +73,18 @@ class Progress:
     """Prints and logs the averages since the last report; returns them (with steps/s and tokens/s)."""
     now = time.perf_counter()
     elapsed = max(now - self._since - self._paused, 1e-9)
-    averages = {k: v / max(self._count, 1) for k, v in self._sums.items()}
+    averages = step_lib.averages(self._sums) if self._sums else {}
     averages["steps_per_second"] = self._timed_steps / elapsed
     averages["tokens_per_second"] = self._tokens / elapsed
     self.train_seconds += elapsed
     self.train_tokens += self._tokens
-    eta = (self.total_steps - step) / max(averages["steps_per_second"], 1e-9)
+    # No ETA before a timed step (the first, compiling step is not timed): it would divide by zero steps/s.
+    eta = format_duration((self.total_steps - step) / averages["steps_per_second"]) if self._timed_steps else "--"
     if self.is_chief:
       print(f"step {step:>6}/{self.total_steps} | loss {averages.get('loss', float('nan')):.4f} | "
             f"acc {averages.get('accuracy', float('nan')):.3f} | lr {averages.get('learning_rate', 0):.2e} | "
             f"|g| {averages.get('grad_norm', 0):.2f} | {averages['steps_per_second']:.2f} steps/s | "
-            f"{averages['tokens_per_second']:,.0f} tok/s | ETA {format_duration(eta)}", flush=True)
+            f"{averages['tokens_per_second']:,.0f} tok/s | ETA {eta}", flush=True)
       self.scalars(step, averages, prefix="train/")
     self._reset(now)
     return averages
@@ -90,12 +110,41 @@ class Progress:
       self.writer.close()
 
 
-def write_json(path: str, payload: dict):
-  """Writes JSON atomically (temp file + rename), process 0 only."""
+def write_json(path: epath.PathLike, payload: dict):
+  """Writes JSON atomically (temp file + rename, `paths.write_atomically`), process 0 only."""
   if jax.process_index() != 0:
     return
-  tmp = f"{path}.tmp"
-  with open(tmp, "w") as f:
-    json.dump(payload, f, indent=2, sort_keys=True)
-    f.write("\n")
-  os.replace(tmp, path)
+  paths.write_atomically(path, json.dumps(payload, indent=2, sort_keys=True) + "\n")
+
+
+# URI schemes whose event files go through epath; tensorboardX picks a writer by the text before the first ':'
+# (it would otherwise open `gs://...` as a local file, or need google-cloud-storage / boto3).
+_OBJECT_STORES = ("gs", "s3", "az")
+
+
+class _ObjectStoreEventFiles:
+  """tensorboardX writer factory for object-store log dirs: files and folders through epath."""
+
+  def open(self, path: str) -> _ObjectStoreEventFile:
+    return _ObjectStoreEventFile(path)
+
+  def directory_check(self, path: str) -> None:
+    epath.Path(path).mkdir(parents=True, exist_ok=True)
+
+
+class _ObjectStoreEventFile:
+  """An event file kept in memory and written whole through epath at each flush (objects cannot be appended to,
+  as with tensorboardX's own Cloud Storage writer); `Progress.scalars` flushes after each report."""
+
+  def __init__(self, path: str):
+    self._path = epath.Path(path)
+    self._buffer = io.BytesIO()
+
+  def write(self, data: bytes) -> None:
+    self._buffer.write(data)
+
+  def flush(self) -> None:
+    self._path.write_bytes(self._buffer.getvalue())
+
+  def close(self) -> None:
+    self.flush()

@@ -1,12 +1,16 @@
 """Two thin wrappers around the one pure train step: `MeshRunner` (jit over a `jformer.parallel` mesh, shardings from
 its logical-axis rules) and `PmapRunner` (classic data parallel, gradients summed over the 'batch' axis).
 
-Both take host-local numpy batches (each host's share of the global batch) and return host-readable metrics;
-`checkpoint_view` / `from_checkpoint` convert between the running state and what is saved, so a checkpoint
-written under one topology restores under any other.
+Both take host-local numpy batches (each host's share of the global batch) and return the step's metrics as
+device arrays: nothing waits for the step. `add_to_totals` sums them on device (`jformer.train.step.add_to_totals`)
+and `read_totals` is the one host round trip, made every so many steps. `checkpoint_view` / `from_checkpoint`
+convert between the running state and what is saved, so a checkpoint written under one topology restores under
+any other.
 """
 
 from __future__ import annotations
+
+import functools
 
 import flax.linen as nn
 import jax
@@ -15,9 +19,10 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec
 
+from jformer.attention import sharded
 from jformer.parallel.mesh import LOGICAL_AXIS_RULES, make_mesh
 from jformer.train.state import init_train_state
-from jformer.train.step import make_eval_step, make_train_step
+from jformer.train.step import add_to_totals, make_eval_step, make_train_step, new_totals
 
 PMAP_AXIS = "batch"
 
@@ -41,12 +46,44 @@ def _temp_bytes(lowered) -> int | None:
   return None if analysis is None else int(analysis.temp_size_in_bytes)
 
 
-class MeshRunner:
+def _in_mesh(mesh, fn):
+  """`fn` traced with `mesh` and the logical-axis rules in context: the Pallas attention kernels then run on each
+  device's share of the batch and heads (`jformer.attention.sharded`) instead of on gathered operands."""
+
+  def traced(*args):
+    with sharded.use_mesh(mesh, LOGICAL_AXIS_RULES):
+      return fn(*args)
+
+  return traced
+
+
+class _MetricTotals:
+  """Running totals of train-step metrics kept on device (`jformer.train.step.new_totals`), for both runners."""
+
+  def _build_totals(self, allowed_skips: int, sharding=None):
+    self._new_totals = jax.jit(new_totals, out_shardings=sharding)
+    self._add_to_totals = jax.jit(functools.partial(add_to_totals, allowed_skips=allowed_skips),
+                                  out_shardings=sharding, donate_argnums=0)
+
+  def new_totals(self):
+    """Empty running totals, on device."""
+    return self._new_totals()
+
+  def add_to_totals(self, totals, metrics):
+    """`totals` with a step's `metrics` added, on device (`totals` is donated)."""
+    return self._add_to_totals(totals, metrics)
+
+  def read_totals(self, totals) -> dict:
+    """The totals as host numbers: the loop's one host round trip, made every `train.log_every` steps."""
+    return jax.device_get(totals)
+
+
+class MeshRunner(_MetricTotals):
   """`jax.jit` over a ('data', 'fsdp', 'tensor') mesh; the state is created already sharded."""
   mode = "mesh"
 
   def __init__(self, model, tx, schedule, parallel_config, *, label_smoothing: float, grad_accumulation_steps: int,
-               example_batch: dict):
+               example_batch: dict, allowed_skips: int = 0):
     self.mesh = make_mesh(parallel_config)
     self.model, self.tx = model, tx
     boxed = jax.eval_shape(lambda rng: init_train_state(model, tx, rng, example_batch, boxed=True),
@@ -58,9 +95,11 @@ class MeshRunner:
     self._batch_parallelism = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
     step = make_train_step(model, tx, schedule, label_smoothing=label_smoothing,
                            grad_accumulation_steps=grad_accumulation_steps)
-    self._train_step = jax.jit(step, in_shardings=(self.state_sharding, self.batch_sharding),
+    self._train_step = jax.jit(_in_mesh(self.mesh, step), in_shardings=(self.state_sharding, self.batch_sharding),
                                out_shardings=(self.state_sharding, None), donate_argnums=0)
-    self._eval_step = jax.jit(make_eval_step(model), in_shardings=(self.state_sharding.params, self.batch_sharding))
+    self._eval_step = jax.jit(_in_mesh(self.mesh, make_eval_step(model)),
+                              in_shardings=(self.state_sharding.params, self.batch_sharding))
+    self._build_totals(allowed_skips, NamedSharding(self.mesh, PartitionSpec()))
 
   def init_state(self, rng):
     return self._init(rng)
@@ -80,8 +119,8 @@ class MeshRunner:
             for k, v in local_batch.items()}
 
   def train_step(self, state, local_batch):
-    state, metrics = self._train_step(state, self.shard_batch(local_batch))
-    return state, jax.device_get(metrics)
+    """(new state, the step's metrics), both on device."""
+    return self._train_step(state, self.shard_batch(local_batch))
 
   def step_temp_bytes(self, state, local_batch) -> int | None:
     """Temporary memory per device of the compiled train step for this state and batch (see `_temp_bytes`)."""
@@ -98,7 +137,8 @@ class MeshRunner:
 
   def host_params(self, state):
     """Parameters usable by a single-host decoder (gathered from every host when there are several)."""
-    return multihost_utils.process_allgather(state.params) if jax.process_count() > 1 else state.params
+    # tiled=True: each parameter is one global array, gathered whole (tiled=False refuses global arrays).
+    return multihost_utils.process_allgather(state.params, tiled=True) if jax.process_count() > 1 else state.params
 
   def describe(self, state) -> str:
     mesh = ", ".join(f"{axis}={size}" for axis, size in self.mesh.shape.items())
@@ -108,12 +148,12 @@ class MeshRunner:
             f"{_bytes_per_device(state.opt_state) / 2**20:,.1f} MiB")
 
 
-class PmapRunner:
+class PmapRunner(_MetricTotals):
   """Classic data parallelism: `jax.pmap` of the same step, gradients summed over the 'batch' axis."""
   mode = "pmap"
 
   def __init__(self, model, tx, schedule, parallel_config, *, label_smoothing: float, grad_accumulation_steps: int,
-               example_batch: dict):
+               example_batch: dict, allowed_skips: int = 0):
     del parallel_config  # pmap uses every local device.
     self.devices = jax.local_devices()
     self._init = jax.jit(lambda rng: init_train_state(model, tx, rng, example_batch))
@@ -121,6 +161,7 @@ class PmapRunner:
                            grad_accumulation_steps=grad_accumulation_steps, axis_name=PMAP_AXIS)
     self._train_step = jax.pmap(step, axis_name=PMAP_AXIS, donate_argnums=0)
     self._eval_step = jax.pmap(make_eval_step(model, axis_name=PMAP_AXIS), axis_name=PMAP_AXIS)
+    self._build_totals(allowed_skips)
 
   def init_state(self, rng):
     return self.from_checkpoint(self._init(rng))
@@ -138,19 +179,22 @@ class PmapRunner:
     return {k: np.asarray(v).reshape((n, rows // n) + v.shape[1:]) for k, v in local_batch.items()}
 
   def train_step(self, state, local_batch):
+    """(new state, the step's metrics), both on device; the metrics are the first device's (all devices hold
+    the same values, reduced over the 'batch' axis)."""
     state, metrics = self._train_step(state, self.shard_batch(local_batch))
-    return state, jax.device_get(jax.tree.map(lambda x: x[0], metrics))
+    return state, _first_replica(metrics)
 
   def step_temp_bytes(self, state, local_batch) -> int | None:
     """Temporary memory per device of the compiled train step for this state and batch (see `_temp_bytes`)."""
     return _temp_bytes(self._train_step.lower(state, self.shard_batch(local_batch)))
 
   def eval_step(self, params, local_batch):
-    return jax.device_get(jax.tree.map(lambda x: x[0], self._eval_step(params, self.shard_batch(local_batch))))
+    return jax.device_get(_first_replica(self._eval_step(params, self.shard_batch(local_batch))))
 
   def checkpoint_view(self, state):
-    """The state of device 0 (all replicas are equal)."""
-    return jax.tree.map(lambda x: x[0], state)
+    """The state of device 0 (all replicas are equal), copied: the next step donates the state's buffers, while
+    an asynchronous save may still read this view."""
+    return jax.tree.map(jnp.copy, _first_replica(state))
 
   def from_checkpoint(self, state):
     """Stacks one copy per local device along a leading axis, laid out as pmap expects."""
@@ -159,13 +203,24 @@ class PmapRunner:
     return jax.tree.map(lambda x: jax.device_put(jnp.broadcast_to(x, (n,) + x.shape), sharding), state)
 
   def host_params(self, state):
-    return jax.tree.map(lambda x: x[0], state.params)
+    return jax.tree.map(jnp.copy, _first_replica(state.params))
 
   def describe(self, state) -> str:
     one = self.checkpoint_view(state)
     return (f"pmap over {len(self.devices)} local {self.devices[0].platform} devices x {jax.process_count()} "
             f"process(es); per device: parameters {_bytes_per_device(one.params) / 2**20:,.1f} MiB, optimizer "
             f"state {_bytes_per_device(one.opt_state) / 2**20:,.1f} MiB (replicated)")
+
+
+def _first_replica(tree):
+  """Device 0's copy of every leaf of `tree`, values pmap keeps one of per local device (leading axis): that
+  device's buffer itself, without computing anything (no indexing op to compile and run over all devices)."""
+
+  def first(x):
+    shard = x.addressable_data(0)
+    return shard if shard.shape == x.shape[1:] else shard.reshape(x.shape[1:])
+
+  return jax.tree.map(first, tree)
 
 
 RUNNERS = {"mesh": MeshRunner, "pmap": PmapRunner}
@@ -177,4 +232,4 @@ def make_runner(config, model, tx, schedule, example_batch: dict):
     raise ValueError(f"parallel.mode='{config.parallel.mode}' is unknown; known: {sorted(RUNNERS)}")
   return RUNNERS[config.parallel.mode](model, tx, schedule, config.parallel, label_smoothing=config.train.label_smoothing,
                                        grad_accumulation_steps=config.train.grad_accumulation_steps,
-                                       example_batch=example_batch)
+                                       example_batch=example_batch, allowed_skips=config.train.skip_nonfinite_updates)

@@ -46,8 +46,9 @@ def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumul
 
   A non-finite update is never applied: when the loss, the gradients' global norm or the sum of the updated
   parameters is NaN or Inf, the step keeps the old params and optimizer state, advances `step` and counts
-  one more `skipped_updates`. `metrics["finite"]` holds one flag per `FINITE_CHECKS` entry and
-  `metrics["skipped_updates"]` the running count; the caller decides how many skips it tolerates.
+  one more `skipped_updates`. `metrics["finite"]` holds one flag per `FINITE_CHECKS` entry,
+  `metrics["skipped_updates"]` the running count and `metrics["step"]` the step just taken (the new
+  `state.step`); the caller decides how many skips it tolerates.
   """
 
   def loss_sums(params, micro_batch, rng):
@@ -88,10 +89,63 @@ def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumul
                               opt_state=optax.tree.where(apply, opt_state, state.opt_state),
                               skipped_updates=state.skipped_updates + jnp.where(apply, 0, 1))
     metrics = {"loss": loss, "accuracy": correct / denominator, "tokens": weight_sum, "grad_norm": grad_norm,
-               "learning_rate": schedule(state.step), "finite": finite, "skipped_updates": new_state.skipped_updates}
+               "learning_rate": schedule(state.step), "finite": finite, "skipped_updates": new_state.skipped_updates,
+               "step": new_state.step}
     return new_state, metrics
 
   return train_step
+
+
+# `totals` keys that are sums over the steps they cover (the others hold the latest value or a record).
+SUMMED = ("loss_sum", "correct", "tokens", "grad_norm_sum", "steps", "skipped")
+
+
+def new_totals() -> dict:
+  """Empty running totals of train-step metrics (all scalars, except the [len(FINITE_CHECKS)] flags).
+
+  loss_sum, correct, tokens: sums of loss x tokens, accuracy x tokens and target tokens; grad_norm_sum, steps:
+  the sum of gradient norms and the number of steps; skipped: steps whose update was not applied;
+  learning_rate, skipped_updates: the latest step's values; first_bad_step/first_bad_finite: the first skipped
+  step and its `FINITE_CHECKS` flags; stop_step/stop_finite: the first step whose skip went beyond the allowance
+  (steps are -1 until such a step happens).
+  """
+  zero, none = jnp.zeros((), jnp.float32), jnp.full((), -1, jnp.int32)
+  count, finite = jnp.zeros((), jnp.int32), jnp.ones((len(FINITE_CHECKS),), bool)
+  return {"loss_sum": zero, "correct": zero, "tokens": zero, "grad_norm_sum": zero, "steps": count, "skipped": count,
+          "learning_rate": zero, "skipped_updates": count, "first_bad_step": none, "first_bad_finite": finite,
+          "stop_step": none, "stop_finite": finite}
+
+
+def add_to_totals(totals: dict, metrics: dict, *, allowed_skips: int) -> dict:
+  """`totals` (see `new_totals`) with one train step's `metrics` added: pure and on device, so a loop can keep
+  training without reading anything back and look at the totals only every so many steps. A step is beyond the
+  allowance when the run's skipped updates (carried over resumes) exceed `allowed_skips`."""
+  bad = ~jnp.all(metrics["finite"])
+  first = bad & (totals["first_bad_step"] < 0)
+  stop = (metrics["skipped_updates"] > allowed_skips) & (totals["stop_step"] < 0)
+  tokens = metrics["tokens"]
+  return {
+      "loss_sum": totals["loss_sum"] + metrics["loss"] * tokens,
+      "correct": totals["correct"] + metrics["accuracy"] * tokens,
+      "tokens": totals["tokens"] + tokens,
+      "grad_norm_sum": totals["grad_norm_sum"] + metrics["grad_norm"],
+      "steps": totals["steps"] + 1,
+      "skipped": totals["skipped"] + bad.astype(jnp.int32),
+      "learning_rate": metrics["learning_rate"].astype(jnp.float32),
+      "skipped_updates": metrics["skipped_updates"],
+      "first_bad_step": jnp.where(first, metrics["step"], totals["first_bad_step"]),
+      "first_bad_finite": jnp.where(first, metrics["finite"], totals["first_bad_finite"]),
+      "stop_step": jnp.where(stop, metrics["step"], totals["stop_step"]),
+      "stop_finite": jnp.where(stop, metrics["finite"], totals["stop_finite"]),
+  }
+
+
+def averages(sums: dict) -> dict:
+  """Loss and accuracy per target token, gradient norm per step and the latest learning rate, from host-read
+  totals summed over any number of reads (`SUMMED` keys added, `learning_rate` the latest)."""
+  tokens = max(sums["tokens"], 1.0)
+  return {"loss": sums["loss_sum"] / tokens, "accuracy": sums["correct"] / tokens,
+          "grad_norm": sums["grad_norm_sum"] / max(sums["steps"], 1), "learning_rate": sums["learning_rate"]}
 
 
 def make_eval_step(model, *, axis_name: str | None = None):

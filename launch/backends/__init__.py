@@ -4,11 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+import shutil
 from typing import Any, Mapping, TypeVar
 
 from launch.sweep import SweepError
 
 SettingsT = TypeVar("SettingsT")
+
+
+class BackendError(ValueError):
+  """The backend cannot run from here (its command-line tool is missing): one line, exit status 1, as for other
+  input that is wrong (docs/reliability.md)."""
+
+
+def require_tool(tool: str, fix: str) -> None:
+  """Raises BackendError naming `tool` and `fix` unless `tool` is on PATH."""
+  if shutil.which(tool) is None:
+    raise BackendError(f"`{tool}` is not on PATH: {fix}")
 
 
 def merge_settings(cls: type[SettingsT], sweep_name: str, section: str, from_file: Mapping[str, Any],

@@ -1,7 +1,8 @@
 """Local backend: runs the points on this machine, `parallel` at a time, each as a `jformer train` subprocess.
 
-A point already done (results.json at its train.steps) is skipped; any other point runs the train command on
-its workdir, which resumes from the latest checkpoint if there is one. A failing point does not stop the
+A point already done (results.json at its train.steps) or still running (launch/runs.py: its running.json's
+process alive, or its heartbeat fresh) is skipped; any other point, killed or lost ones included, runs the train
+command on its workdir, which resumes from the latest checkpoint if there is one. A failing point does not stop the
 others; the return value is the number of points that failed.
 """
 
@@ -30,10 +31,12 @@ def run(sweep: Sweep, root: str, *, parallel: int = 1, dry_run: bool = False) ->
   pending = []
   for point in sweep.points:
     workdir = sweep.workdir(root, point)
-    if runs.status(workdir, point.steps) == runs.DONE:
+    if runs.to_launch(workdir, point.steps):
+      pending.append(point)
+    elif runs.status(workdir, point.steps) == runs.DONE:
       print(f"{point.name}: done (step {point.steps} in {workdir}/{runs.RESULTS}), skipped", flush=True)
     else:
-      pending.append(point)
+      print(f"{point.name}: still running ({os.path.join(workdir, runs.RUNNING_RECORD)}), skipped", flush=True)
   if dry_run:
     for point in pending:
       workdir = sweep.workdir(root, point)

@@ -4,8 +4,11 @@ Each array task picks its point from a `case` on $SLURM_ARRAY_TASK_ID, then star
 `srun` with one process per node and the multi-host environment for `jax.distributed`:
 JFORMER_COORDINATOR_ADDRESS (first node of the allocation, a port per array task), JFORMER_NUM_PROCESSES
 (SLURM_NTASKS) and JFORMER_PROCESS_ID (SLURM_PROCID, set inside each task). The output goes to the point's
-`launch.log` and the exit status to its `exit_code`, as with the local backend. Points already done are left out
-of the array; a resubmission of the same script (after a time limit or preemption) resumes the others.
+`launch.log` and the exit status to its `exit_code`, as with the local backend; while the task runs, its
+`running.json` holds the node, the batch shell's pid, the job id and a heartbeat rewritten every
+runs.HEARTBEAT_S seconds (so `launch.report` shows a task killed, or lost with its node, as such). Points already
+done or running are left out of the array; a resubmission of the same script (after a time limit or preemption)
+resumes the others.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ import shlex
 import subprocess
 import sys
 
+from jformer import paths
 from launch import runs
-from launch.backends import merge_settings, shell_join, shell_word
-from launch.sweep import Sweep
+from launch.backends import merge_settings, require_tool, shell_join, shell_word
+from launch.sweep import Sweep, SweepError
 
 COORDINATOR_PORT = 12355  # jax.distributed coordinator port of array task 0; task i uses port + i % 1000.
 
@@ -88,12 +92,18 @@ def render(sweep: Sweep, root: str, settings: Settings, *, python: str, project_
       f'echo "=== $(date -Iseconds) slurm job ${{SLURM_ARRAY_JOB_ID}}_$SLURM_ARRAY_TASK_ID: point $POINT on '
       f'$SLURM_JOB_NODELIST, $JFORMER_NUM_PROCESSES process(es), coordinator $JFORMER_COORDINATOR_ADDRESS" '
       f'>> "$WORKDIR/{runs.LOG}"',
+      f'beat() {{ printf \'{{"host": "%s", "pid": %d, "heartbeat": %d, "slurm_job": "%s"}}\\n\' "$(hostname)" $$ '
+      f'"$(date +%s)" "${{SLURM_ARRAY_JOB_ID}}_$SLURM_ARRAY_TASK_ID" > "$WORKDIR/{runs.RUNNING_RECORD}.tmp" && '
+      f'mv "$WORKDIR/{runs.RUNNING_RECORD}.tmp" "$WORKDIR/{runs.RUNNING_RECORD}"; }}',
+      f"beat; (while sleep {runs.HEARTBEAT_S}; do beat; done) & HEARTBEAT=$!",
       "status=0",
       "srun --kill-on-bad-exit=1 bash -c 'export JFORMER_PROCESS_ID=\"$SLURM_PROCID\"; exec \"$@\"' jformer \\",
       f'  {shlex.quote(python)} -m jformer.main train --config={shlex.quote(sweep.base)} --workdir="$WORKDIR" '
       f'"${{COMMON[@]}}" "${{OVERRIDES[@]}}" \\',
       f'  >> "$WORKDIR/{runs.LOG}" 2>&1 || status=$?',
       f'echo "$status" > "$WORKDIR/{runs.EXIT_CODE}"',
+      'kill "$HEARTBEAT" 2>/dev/null || true; wait "$HEARTBEAT" 2>/dev/null || true; '
+      f'rm -f "$WORKDIR/{runs.RUNNING_RECORD}"',
       'exit "$status"',
   ]
   return "\n".join(lines) + "\n"
@@ -102,11 +112,14 @@ def render(sweep: Sweep, root: str, settings: Settings, *, python: str, project_
 def run(sweep: Sweep, root: str, settings: Settings, *, parallel: int | None = None, dry_run: bool = False,
         python: str = sys.executable) -> int:
   """Writes and submits (or with `dry_run` prints) the job array of the points not done; returns 0 or 1."""
+  if not paths.is_local(root):
+    raise SweepError(f"--root={root}: the slurm backend writes its job script and each point's launch.log with the "
+                     "shell; give a folder every node mounts (e.g. on NFS). A gs:// root works with --backend=local "
+                     "or --backend=tpu_vm.")
   root = os.path.abspath(root)
-  tasks = [i for i, point in enumerate(sweep.points)
-           if runs.status(sweep.workdir(root, point), point.steps) != runs.DONE]
+  tasks = [i for i, point in enumerate(sweep.points) if runs.to_launch(sweep.workdir(root, point), point.steps)]
   if not tasks:
-    print(f"all {len(sweep.points)} points of '{sweep.name}' are done; nothing to submit", flush=True)
+    print(f"all {len(sweep.points)} points of '{sweep.name}' are done or running; nothing to submit", flush=True)
     return 0
   script = render(sweep, root, settings, python=python, project_dir=os.getcwd(), tasks=tasks, parallel=parallel)
   path = script_path(sweep, root)
@@ -114,14 +127,12 @@ def run(sweep: Sweep, root: str, settings: Settings, *, parallel: int | None = N
   if dry_run:
     print(f"# {path}\n{script}\n# submitted with:\n{shell_join(submit)}", flush=True)
     return 0
+  require_tool("sbatch", "run on a SLURM login node, or use --backend=local (to try SLURM on one machine: "
+               "launch/testing/slurm_single_node.sh)")
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path, "w") as f:
     f.write(script)
-  try:
-    result = subprocess.run(submit, capture_output=True, text=True)
-  except FileNotFoundError:
-    print("sbatch not found: run on a SLURM login node (or see launch/testing/slurm_single_node.sh)", flush=True)
-    return 1
+  result = subprocess.run(submit, capture_output=True, text=True)
   if result.returncode:
     print(f"sbatch failed (exit status {result.returncode}): {result.stderr.strip()}", flush=True)
     return 1

@@ -2,12 +2,13 @@
 
 1. create the TPU VM (`accelerator_type`, `version`) unless `gcloud compute tpus tpu-vm describe` finds it;
 2. on every worker: clone `repo` into ~/jformer (once), check out `ref`, make a Python 3.12 venv with uv and
-   `pip install -e . jax[tpu]`;
+   `pip install -e '.[gcs]' jax[tpu]` (gcs: gs:// workdirs);
 3. for each point not done here: `jformer train` on all workers at once (`--worker=all`; jax.distributed finds
-   the slice's hosts itself), with the output in the local `<root>/<sweep>/<point>/launch.log`, then copy its
-   results.json, config.json and tensorboard/ from worker 0 into that local folder, so `python -m launch.report`
-   works here. `--root` is relative to ~/jformer on the workers (for multi-host slices point it at storage all
-   workers share, e.g. a gcsfuse mount, since every host writes checkpoints); BASE must be a path in the repo.
+   the slice's hosts itself), with the output in `<root>/<sweep>/<point>/launch.log` here. A local `--root` is
+   relative to ~/jformer on the workers (for multi-host slices point it at storage all workers share, since every
+   host writes checkpoints): then results.json, config.json and tensorboard/ are copied from worker 0 into that
+   local folder, so `python -m launch.report` works here. A `--root=gs://bucket/runs` is shared by the workers and
+   read by `launch.report` directly (through etils.epath): nothing is copied. BASE must be a path in the repo.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import os
 import shlex
 import subprocess
 
+from jformer import paths
 from launch import runs
-from launch.backends import merge_settings, shell_join
+from launch.backends import merge_settings, require_tool, shell_join
 from launch.sweep import Point, Sweep, SweepError
 
 CLONE_DIR = "jformer"  # Clone of the project in each worker's home directory.
@@ -80,7 +82,7 @@ def install_command(settings: Settings) -> list[str]:
       'export PATH="$HOME/.local/bin:$PATH"',
       "command -v uv >/dev/null || curl -LsSf https://astral.sh/uv/install.sh | sh",
       "[ -x .venv/bin/python ] || uv venv -q --python 3.12 .venv",
-      'uv pip install -q --python .venv/bin/python -e . "jax[tpu]"',
+      'uv pip install -q --python .venv/bin/python -e ".[gcs]" "jax[tpu]"',
   ]
   return _gcloud(settings, "ssh", "--worker=all", f"--command={'; '.join(steps)}")
 
@@ -99,6 +101,13 @@ def fetch_command(sweep: Sweep, point: Point, root: str, settings: Settings) -> 
   return _gcloud(settings, "scp", "--recurse", "--worker=0", *sources, local, named=False)
 
 
+def point_commands(sweep: Sweep, point: Point, root: str, settings: Settings) -> list[list[str]]:
+  """Train `point` on every worker, then fetch its results from worker 0, unless the root is a gs:// (or other
+  object store) path that the workers wrote to directly."""
+  train = [train_command(sweep, point, root, settings)]
+  return train + [fetch_command(sweep, point, root, settings)] if paths.is_local(root) else train
+
+
 def render(sweep: Sweep, root: str, settings: Settings, points: list[Point] | None = None) -> str:
   """Every command a run would execute, in order, with comments (what --dry_run prints)."""
   _check_base(sweep)
@@ -108,10 +117,10 @@ def render(sweep: Sweep, root: str, settings: Settings, points: list[Point] | No
            f"# install {settings.repo} at {settings.ref} on every worker:",
            shell_join(install_command(settings))]
   for number, point in enumerate(points, 1):
+    fetch = ", then fetch its results" if paths.is_local(root) else ""
     lines += [f"# point {number}/{len(points)}: {point.name} (output in "
-              f"{os.path.join(sweep.workdir(root, point), runs.LOG)}), then fetch its results:",
-              shell_join(train_command(sweep, point, root, settings)),
-              shell_join(fetch_command(sweep, point, root, settings))]
+              f"{os.path.join(sweep.workdir(root, point), runs.LOG)}){fetch}:",
+              *(shell_join(command) for command in point_commands(sweep, point, root, settings))]
   return "\n".join(lines) + "\n"
 
 
@@ -123,11 +132,13 @@ def _check_base(sweep: Sweep):
 
 def run(sweep: Sweep, root: str, settings: Settings, *, dry_run: bool = False) -> int:
   """Runs (or with `dry_run` prints) the points not done here, one after another; returns how many failed."""
-  pending = [p for p in sweep.points if runs.status(sweep.workdir(root, p), p.steps) != runs.DONE]
+  pending = [p for p in sweep.points if runs.to_launch(sweep.workdir(root, p), p.steps)]
   if dry_run:
     print(render(sweep, root, settings, pending), end="", flush=True)
     return 0
   _check_base(sweep)
+  require_tool("gcloud", "install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install) and run "
+               "`gcloud auth login`")
   if subprocess.run(describe_command(settings), capture_output=True).returncode:
     print(f"creating TPU VM {settings.name}: {shell_join(create_command(settings))}", flush=True)
     if subprocess.run(create_command(settings)).returncode:
@@ -140,8 +151,7 @@ def run(sweep: Sweep, root: str, settings: Settings, *, dry_run: bool = False) -
   for number, point in enumerate(pending, 1):
     workdir = sweep.workdir(root, point)
     print(f"[{number}/{len(pending)}] {point.name}: started (log: {os.path.join(workdir, runs.LOG)})", flush=True)
-    code = runs.run_logged([train_command(sweep, point, root, settings),
-                            fetch_command(sweep, point, root, settings)], workdir)
+    code = runs.run_logged(point_commands(sweep, point, root, settings), workdir)
     print(f"[{number}/{len(pending)}] {point.name}: {'done' if code == 0 else f'FAILED ({code})'}", flush=True)
     if code:
       failed.append(point.name)

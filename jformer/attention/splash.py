@@ -1,0 +1,95 @@
+"""`splash`: JAX's Pallas TPU splash attention (`jax.experimental.pallas.ops.tpu.splash_attention`), fwd + bwd.
+
+Why this kernel: it ships with jax (0.10.2 here, so it is pinned with it, maintained by the JAX team, imports on
+any machine and runs in the Pallas interpreter on CPU, which is how the variant matrix checks it); it takes
+separate query and key/value segment ids (so cross-attention and packed rows), grouped-query key/value heads,
+and has Pallas kernels for the backward pass. Pallas TPU `flash_attention` takes one segment-id layout per
+call too, but no grouped-query heads; `tokamax` (PyPI) carries splash as well but pins its own jax/flax and
+its API is still moving.
+
+What it takes: causal masking by index (key j visible to query i iff j <= i), segment ids (query and key/value
+separately; equal ids attend, padding is id 0), K < H key/value heads. What it does not: masking by explicit
+positions (decode steps; packed training rows come without them), a mask, a bias, dropout; the registry refuses
+those and `auto` falls back. Lengths are padded to whole blocks (multiples of 128, the TPU lane width the kernel
+requires even in the interpreter); the padding is segment id 0. On a device mesh each device runs the kernel on
+its share of the batch and heads (`jformer.attention.sharded`: `jit` does not partition a Pallas call by
+itself). Untested on TPU hardware: on TPU it compiles with Mosaic.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
+from jformer.attention import sharded
+from jformer.attention.registry import register
+
+LANES = 128  # splash's key blocks must be multiples of the TPU lane width.
+
+
+@register("splash", supports={"causal", "segment_ids", "gqa"}, platforms={"tpu"},
+          example_options=dict(block_q=128, block_kv=128))
+def splash(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
+           kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, block_q=512, block_kv=512,
+           interpret=None):
+  """Pallas TPU splash attention (fwd + bwd kernels); segment ids, causal by index, GQA; interpreted off TPU.
+
+  Args:
+    query `[B, T, H, D]`, key `[B, S, K, D]`, value `[B, S, K, Dv]` (H % K == 0), causal and the segment ids of
+    the variant signature (`jformer/attention/__init__.py`); the other features are refused before the call.
+    block_q, block_kv: tile sizes (options), multiples of 128; a length shorter than a tile gets one tile of its
+      length rounded up to 128.
+    interpret: run in the Pallas interpreter; None = unless JAX's backend is TPU.
+
+  Returns:
+    `[B, T, H, Dv]`.
+  """
+  del q_positions, kv_positions, mask, bias, dropout_rate, dropout_rng  # refused by the registry when given.
+  if interpret is None:
+    interpret = jax.default_backend() != "tpu"
+  kernel = functools.partial(_splash, causal=causal, block_q=block_q, block_kv=block_kv, interpret=interpret)
+  return sharded.per_device(kernel, query, key, value, q_segment_ids, kv_segment_ids)
+
+
+def _splash(query, key, value, q_segment_ids, kv_segment_ids, *, causal: bool, block_q: int, block_kv: int,
+            interpret: bool) -> jax.Array:
+  """The kernel on one device's arrays (shapes and arguments as `splash`'s)."""
+  batch, q_len, heads, head_dim = query.shape
+  kv_len = key.shape[1]
+  block_q, block_kv = min(block_q, _round_up(q_len, LANES)), min(block_kv, _round_up(kv_len, LANES))
+  q_pad, kv_pad = -q_len % block_q, -kv_len % block_kv
+  segment_ids = None
+  if q_segment_ids is not None or q_pad or kv_pad:  # padding (and the added tail) is id 0: no real query sees it.
+    segment_ids = sa.SegmentIds(_padded_ids(q_segment_ids, batch, q_len, q_pad),
+                                _padded_ids(kv_segment_ids, batch, kv_len, kv_pad))
+  shape = (q_len + q_pad, kv_len + kv_pad)
+  head_mask = sa.CausalMask(shape) if causal else sa.FullMask(shape)
+  blocks = sa.BlockSizes(block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv, block_q_dkv=block_q,
+                         block_kv_dkv=block_kv, block_kv_dkv_compute=block_kv, block_q_dq=block_q,
+                         block_kv_dq=block_kv)
+  kernel = sa.make_splash_mha(sa.MultiHeadMask([head_mask] * heads), block_sizes=blocks, head_shards=1,
+                              q_seq_shards=1, interpret=interpret)
+  # The kernel takes one example, heads first: q [H, T, D], k/v [K, S, D]; it does not scale the logits.
+  q_BxHxTxD = jnp.pad(query * jnp.asarray(head_dim**-0.5, query.dtype),
+                      ((0, 0), (0, q_pad), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
+  k_BxKxSxD, v_BxKxSxD = (jnp.pad(x, ((0, 0), (0, kv_pad), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
+                          for x in (key, value))
+  if segment_ids is None:
+    out = jax.vmap(kernel)(q_BxHxTxD, k_BxKxSxD, v_BxKxSxD)
+  else:
+    out = jax.vmap(lambda q, k, v, ids: kernel(q, k, v, segment_ids=ids))(q_BxHxTxD, k_BxKxSxD, v_BxKxSxD,
+                                                                            segment_ids)
+  return out.transpose(0, 2, 1, 3)[:, :q_len]
+
+
+def _round_up(length: int, multiple: int) -> int:
+  return -(-length // multiple) * multiple
+
+
+def _padded_ids(ids, batch: int, length: int, pad: int) -> jax.Array:
+  """Segment ids `[B, length + pad]` int32: `ids` (all 1 when None), then `pad` zeros (padding)."""
+  ids = jnp.ones((batch, length), jnp.int32) if ids is None else jnp.broadcast_to(ids, (batch, length))
+  return jnp.pad(ids.astype(jnp.int32), ((0, 0), (0, pad)))

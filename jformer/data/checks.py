@@ -1,0 +1,63 @@
+"""Checks of a training run's inputs before anything is written: the workdir, the data files, the vocabulary.
+
+`check_run_inputs` raises a ValueError (or FileNotFoundError) naming the problem and the fix, so a bad input ends
+a run in one line and leaves no config.json, tfds folder or vocabulary behind.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from etils import epath
+
+from jformer import paths
+from jformer.data import parallel_text
+from jformer.data.sources import get_dataset
+from jformer.data.tokenizer import Tokenizer
+
+
+def check_run_inputs(config, workdir: epath.PathLike) -> None:
+  """Refuses, before a run writes anything, a workdir it cannot write, an unknown dataset, bad parallel text
+  (missing, empty, misaligned or non-UTF-8 files: `parallel_text.check_aligned`) and a missing or mismatched
+  `data.vocab_path`."""
+  check_workdir(workdir)
+  get_dataset(config.data.dataset)  # an unknown name raises a KeyError listing the known ones.
+  if config.data.dataset == "parallel_text" and config.data.path:  # the bundled corpus ("") is known good.
+    parallel_text.check_aligned(parallel_text.find_split_files(paths.absolute(config.data.path)))
+  if config.data.vocab_path:
+    check_vocab(config.data.vocab_path, config.model.vocab_size)
+
+
+def check_workdir(workdir: epath.PathLike) -> None:
+  """Refuses a `--workdir` that is a file, or a local one (or its nearest existing parent) this user cannot write."""
+  path = paths.absolute(workdir)
+  if path.exists() and not path.is_dir():
+    raise ValueError(f"--workdir {path} is a file, not a folder; give a folder path (new or of an earlier run).")
+  if not paths.is_local(path):
+    return
+  existing = path
+  while not existing.exists():
+    existing = existing.parent
+  try:
+    with tempfile.TemporaryFile(dir=existing):  # what really can be written (a read-only mount, root's rights).
+      pass
+  except OSError as e:
+    raise ValueError(f"--workdir {path} cannot be written ({existing}: {e.strerror}); give a writable folder or fix "
+                     "its permissions.") from e
+
+
+def check_vocab(vocab_path: epath.PathLike, vocab_size: int) -> None:
+  """Refuses a `data.vocab_path` that does not exist or whose size is not `model.vocab_size`."""
+  path = epath.Path(vocab_path)
+  if not path.is_file():
+    raise FileNotFoundError(f"data.vocab_path {os.fspath(path)} does not exist; give an existing SentencePiece "
+                            ".model file, or leave data.vocab_path empty to train one into <workdir>/vocab/.")
+  try:
+    size = Tokenizer.from_file(path).vocab_size
+  except RuntimeError as e:  # SentencePiece cannot parse the file.
+    raise ValueError(f"data.vocab_path {os.fspath(path)} is not a SentencePiece model ({e}); give a .model file "
+                     "written by SentencePiece, or leave data.vocab_path empty to train one.") from e
+  if size != vocab_size:
+    raise ValueError(f"data.vocab_path {os.fspath(path)} has {size} pieces but model.vocab_size is {vocab_size}; "
+                     f"set --config.model.vocab_size={size} or give a vocabulary of {vocab_size} pieces.")

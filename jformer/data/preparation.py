@@ -1,0 +1,99 @@
+"""A run's one-time data preparation (the tfds build of its dataset, its SentencePiece vocabulary), done once per
+folder when several processes start together on one workdir (the hosts of a pod, the tasks of a SLURM job).
+
+How (`prepare`):
+1. Process 0 prepares first; the other processes wait for it at a barrier (`sync_global_devices`).
+2. Then each other process runs the same preparation, which finds process 0's work in a shared folder (NFS,
+   gs://) and only reads it, or, in a host-local folder (e.g. `data.data_dir` on a local disk), prepares its own
+   copy there.
+3. Each preparation of a local folder (the tfds `data_dir`, the vocabulary's folder) holds an exclusive lock on
+   `<folder>/.jformer_prepare.lock` (`fcntl.flock`, which NFS also honours), so processes that share a local
+   folder but not process 0's (several processes per host, each host with its own disk) take turns, and so do
+   separate runs started together on one `data.data_dir`. A non-local folder (gs://) takes no lock: it is
+   shared by every process, so step 1 has prepared it. A file system without locks (Lustre mounted without
+   `flock`) logs a warning and relies on step 1 alone.
+If process 0 fails while preparing, it exits with the error and the waiting processes stop with it (jax's
+coordination service ends the job).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from typing import Callable, Iterator, TypeVar
+
+import jax
+from absl import logging
+from etils import epath
+from jax.experimental import multihost_utils
+
+from jformer import paths
+from jformer.data.sources import load_split
+from jformer.data.tokenizer import Tokenizer
+from jformer.data.workdir import load_tokenizer, source_args, vocab_path
+
+LOCK_FILE = ".jformer_prepare.lock"
+T = TypeVar("T")
+
+
+def prepare(config, workdir: str) -> Tokenizer:
+  """Prepares `config.data`'s dataset and vocabulary on process 0, then on the other processes (see the module
+  docstring), and returns the run's tokenizer."""
+  args = source_args(config, workdir)
+
+  def prepare_here() -> Tokenizer:
+    with folder_lock(args["data_dir"]):
+      load_split(config.data.dataset, "train", **args)  # the first load builds the dataset's tfds files.
+    with folder_lock(vocab_path(config, workdir).parent):
+      return load_tokenizer(config, workdir)
+
+  return process_0_first(prepare_here, "jformer: data prepared")
+
+
+def process_0_first(fn: Callable[[], T], barrier: str) -> T:
+  """`fn()` on process 0, then, once it returned there, on every other process; `fn()` alone with one process.
+
+  Args:
+    fn: the preparation; it must reuse what an earlier call left in place.
+    barrier: the name of the barrier between the two (the same on every process; unique per use).
+  """
+  if jax.process_count() == 1:
+    return fn()
+  index = jax.process_index()
+  if index == 0:
+    result = fn()
+  else:
+    logging.info("process %d: waiting for process 0 to prepare the data.", index)
+  start = time.perf_counter()
+  multihost_utils.sync_global_devices(barrier)
+  if index != 0:
+    logging.info("process %d: process 0 done after %.0fs; preparing (or reusing) here.", index,
+                 time.perf_counter() - start)
+    result = fn()
+  return result
+
+
+@contextlib.contextmanager
+def folder_lock(folder: epath.PathLike) -> Iterator[None]:
+  """Holds an exclusive `fcntl.flock` on `<folder>/.jformer_prepare.lock` (created with the folder) while the
+  block runs. No lock for a folder given as a URL (gs://...) or one where the lock file cannot be created (a
+  read-only folder, where nothing will be prepared either)."""
+  if not paths.is_local(folder):
+    yield
+    return
+  try:
+    os.makedirs(folder, exist_ok=True)
+    lock = open(os.path.join(folder, LOCK_FILE), "a")
+  except OSError as e:
+    logging.info("no preparation lock in %s (%s).", folder, e)
+    yield
+    return
+  with lock:
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX)
+    except OSError as e:
+      logging.warning("cannot lock %s (%s); preparing without a lock (process 0 still prepares first).",
+                      lock.name, e)
+    yield  # closing the file releases the lock.

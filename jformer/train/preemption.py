@@ -1,0 +1,108 @@
+"""SIGTERM (a preemption notice) -> a clean stop that every host agrees on.
+
+In the step loop, every host saves the same step and exits; before it (vocabulary, data preparation, model
+initialisation, restore) and before the final BLEU, every host exits without a new checkpoint (nothing was trained
+since the last one). Either way the run ends with exit status 0 after a `preempted ...` line; running the same
+command again resumes. A signal during a long phase (data preparation, compilation, evaluation, decoding) is
+acted on at the next check: the end of that phase or the next step.
+
+One process: the handler sets a flag, read after every step and at each phase boundary.
+
+Several processes (`jax.distributed`): JAX's coordination service agrees on the step. At
+`jax.distributed.initialize` JAX starts a preemption sync manager that waits for a preemption notice from any
+host, then computes the sync point: the largest step any host has reported + 1. Orbax's
+`CheckpointManager.reached_preemption(step)` (`multihost_utils.reached_preemption_sync_point`), called with every
+step on every host, is True at that step on all of them. JAX posts the notice from its own C++ SIGTERM handler; the
+Python handler here replaces that handler (so the local flag exists), and posts the same notice: the coordination
+service key `PREEMPTION_NOTICE_KEY` with the time of the signal, as JAX's SIGTERM notifier does (that key is
+JAX-internal: tests/test_preemption.py runs two processes to check it still works). Phase boundaries (before the
+step loop, and before the final BLEU) are agreed by an all-gather of the hosts' flags.
+"""
+
+from __future__ import annotations
+
+import datetime
+import signal
+
+import jax
+import numpy as np
+from absl import logging
+from jax._src import distributed as jax_distributed
+from jax.experimental import multihost_utils
+
+# The key JAX's preemption sync manager watches (xla/tsl/distributed_runtime/preemption/preemption_sync_manager.cc,
+# kPreemptionNoticeKey); its value is the death time in RFC 3339, which starts the agreement on all hosts.
+PREEMPTION_NOTICE_KEY = "RECEIVED_PREEMPTION_NOTICE"
+
+
+class Preempted(Exception):
+  """SIGTERM reached a host before a step was trained (or after the last one): nothing new to save."""
+
+
+class Preemption:
+  """Installs the SIGTERM handler for the run (a context manager; the previous handler is put back on exit).
+
+  `requested`: this host received SIGTERM. `check(phase)` (called by every host at the same points) raises
+  `Preempted(phase)` when any host did. `reached(step, checkpointer)` (called after every step) is True on every
+  host at the same step once any host did.
+  """
+
+  def __init__(self):
+    self.requested = False
+    self._hosts = jax.process_count()
+    self._previous = None
+
+  def __enter__(self) -> Preemption:
+    if self._hosts > 1 and _sync_manager() is None:
+      logging.warning("JAX's preemption service is off (jax_enable_preemption_service): hosts cannot agree on a "
+                      "step to save, so SIGTERM stops this run without a checkpoint.")
+      return self
+    self._previous = signal.signal(signal.SIGTERM, self._handle)
+    return self
+
+  def __exit__(self, *exc_info):
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+
+  def _handle(self, signum, frame):
+    del signum, frame
+    if self.requested:
+      return
+    self.requested = True
+    logging.warning("SIGTERM received: stopping at a step all hosts agree on (saved), or before training if none "
+                    "has started.")
+    if self._hosts > 1:
+      _post_notice()
+
+  def check(self, phase: str) -> None:
+    """Raises `Preempted(phase)` if any host received SIGTERM; with several hosts, every host must call it here."""
+    stop = self.requested
+    if self._hosts > 1:
+      stop = bool(np.any(multihost_utils.process_allgather(np.asarray(self.requested))))
+    if stop:
+      raise Preempted(phase)
+
+  def start(self, step: int, checkpointer) -> None:
+    """Called once before the step loop with the restored `step`: reports it to the agreement (a notice that
+    comes before the first step is then agreed on the first step, not on step 1), then `check`s."""
+    self.reached(step, checkpointer)
+    self.check("during initialisation and restore")
+
+  def reached(self, step: int, checkpointer) -> bool:
+    """Whether to save `step` and stop: on one host when it received SIGTERM, on several at the step they agreed
+    on (Orbax's `reached_preemption`: call it with every step, on every host)."""
+    return checkpointer.reached_preemption(step) if self._hosts > 1 else self.requested
+
+
+def _sync_manager():
+  return jax_distributed.global_state.preemption_sync_manager
+
+
+def _post_notice() -> None:
+  """Tells JAX's preemption sync manager on every host that this host will be preempted now."""
+  client = jax_distributed.global_state.client
+  now = datetime.datetime.now(datetime.timezone.utc).isoformat()
+  try:
+    client.key_value_set(PREEMPTION_NOTICE_KEY, now)
+  except jax.errors.JaxRuntimeError as e:  # another host posted it first: the agreement is under way.
+    logging.info("Preemption notice already posted: %s", e)

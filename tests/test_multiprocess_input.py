@@ -1,0 +1,164 @@
+"""Several processes on one workdir: data prepared once (process 0 first, folder locks), per-host input, and a
+checkpoint's data position refused under another process count; end to end with 2 processes from the CLI
+(slow: prepare once, train, 1 process refused, 2 processes resume)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import grain
+import jax
+import numpy as np
+import pytest
+
+from conftest import REPO, tiny_overrides
+from jformer import checkpoint
+from jformer.data import preparation
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_process_0_prepares_first_then_the_others(monkeypatch, index):
+  events = []
+  monkeypatch.setattr(jax, "process_count", lambda: 2)
+  monkeypatch.setattr(jax, "process_index", lambda: index)
+  monkeypatch.setattr(preparation.multihost_utils, "sync_global_devices", lambda name: events.append(name))
+  assert preparation.process_0_first(lambda: events.append("prepare") or 7, "prepared") == 7
+  assert events == (["prepare", "prepared"] if index == 0 else ["prepared", "prepare"])
+
+
+def test_one_process_prepares_without_a_barrier(monkeypatch):
+  monkeypatch.setattr(preparation.multihost_utils, "sync_global_devices", lambda name: pytest.fail("barrier"))
+  assert preparation.process_0_first(lambda: 7, "prepared") == 7
+
+
+def test_folder_lock_makes_preparations_take_turns(tmp_path):
+  folder = str(tmp_path / "tfds")
+  events, entered = [], threading.Event()
+
+  def first():
+    with preparation.folder_lock(folder):
+      events.append("first in")
+      entered.set()
+      time.sleep(0.3)
+      events.append("first out")
+
+  thread = threading.Thread(target=first)
+  thread.start()
+  entered.wait(10)
+  with preparation.folder_lock(folder):  # another open file description: waits like another process would.
+    events.append("second in")
+  thread.join()
+  assert events == ["first in", "first out", "second in"]
+  assert os.path.exists(os.path.join(folder, preparation.LOCK_FILE))
+  with preparation.folder_lock("gs://bucket/run/tfds"):  # not a local folder: no lock, nothing created.
+    events.append("gs")
+  assert not os.path.exists("gs:")
+  (tmp_path / "file").write_text("")
+  with preparation.folder_lock(str(tmp_path / "file" / "vocab")):  # cannot hold a lock file: runs unlocked.
+    events.append("unlockable")
+  assert events[-2:] == ["gs", "unlockable"]
+
+
+def test_a_checkpoint_of_another_process_count_is_refused(tmp_path, monkeypatch):
+  iterator = iter(grain.MapDataset.range(10).to_iter_dataset())
+  next(iterator)
+  with checkpoint.Checkpointer(tmp_path / "ckpt", async_save=False) as ckpt:
+    ckpt.save(1, {"w": np.zeros(2, np.float32)}, iterator, force=True)
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"checkpoint 1 in .*ckpt holds the input positions of 1 processes, but "
+                                         r"this run has 2: .* Resume with 1 processes, or start a new --workdir"):
+      ckpt.restore({"w": np.zeros(2, np.float32)}, iterator)
+    monkeypatch.undo()
+    restored = iter(grain.MapDataset.range(10).to_iter_dataset())
+    ckpt.restore({"w": np.zeros(2, np.float32)}, restored)
+    assert next(restored) == 1
+
+
+# Counts, per process, the one-time preparations (tokenizer training, tfds builds), then runs the CLI.
+COUNTING_CLI = """
+import os, runpy, sys
+from jformer.data import parallel_text, tokenizer
+
+def counted(name, fn):
+  def wrapper(*args, **kwargs):
+    with open(os.environ["CALLS_LOG"], "a") as log:
+      log.write(name + "\\n")
+    return fn(*args, **kwargs)
+  return wrapper
+
+tokenizer.train_tokenizer = counted("train_tokenizer", tokenizer.train_tokenizer)
+parallel_text.ParallelText._split_generators = counted("tfds_build", parallel_text.ParallelText._split_generators)
+sys.argv[0] = "jformer"
+runpy.run_module("jformer.main", run_name="__main__")
+"""
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def _train(workdir, corpus, tmp_path, processes: int, **overrides) -> list[subprocess.Popen]:
+  """Starts `jformer train` (tiny config) as `processes` processes of one job on `workdir`, 1 CPU device each."""
+  port = _free_port()
+  args = ["train", f"--config={REPO / 'configs' / 'demo.py'}", f"--workdir={workdir}"]
+  args += [f"--config.{k}={v}" for k, v in tiny_overrides(corpus, **overrides).items()]
+  procs = []
+  for index in range(processes):
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_PLATFORMS="cpu",
+               PYTHONPATH=str(REPO), CALLS_LOG=str(tmp_path / f"calls_{processes}_{index}.txt"))
+    if processes > 1:
+      env.update(JFORMER_COORDINATOR_ADDRESS=f"localhost:{port}", JFORMER_NUM_PROCESSES=str(processes),
+                 JFORMER_PROCESS_ID=str(index))
+    procs.append(subprocess.Popen([sys.executable, "-c", COUNTING_CLI, *args], cwd=REPO, env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+  return procs
+
+
+def _finish(procs) -> list[tuple[int, str, str]]:
+  results = []
+  for proc in procs:
+    try:
+      out, err = proc.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+      for p in procs:
+        p.kill()
+      raise
+    results.append((proc.returncode, out, err))
+  return results
+
+
+@pytest.mark.slow
+def test_two_processes_on_one_fresh_workdir_prepare_once_train_and_resume(tiny_corpus, tmp_path):
+  workdir = tmp_path / "run"
+  results = _finish(_train(workdir, tiny_corpus, tmp_path, 2, **{"train.steps": 3}))
+  for index, (code, out, err) in enumerate(results):
+    assert code == 0, f"process {index} failed:\n{out}\n{err[-3000:]}"
+  chief = results[0][1]
+  # Each host tokenized its half of the 400 training pairs (ids 0, 2, ... on host 0); only process 0 prints.
+  assert "training pairs" in chief and "host 0 of 2 (400 pairs in the split)" in chief
+  assert "training pairs" not in results[1][1]
+  calls = [(tmp_path / f"calls_2_{i}.txt") for i in range(2)]
+  assert calls[0].read_text().split() == ["tfds_build", "train_tokenizer"] and not calls[1].exists()
+  builds = list((workdir / "tfds" / "parallel_text").iterdir())
+  assert len(builds) == 1 and [p.name for p in builds[0].iterdir()] == ["1.0.0"]  # no incomplete.* copy left.
+  data_files = sorted(p.name for p in (workdir / "checkpoints" / "3" / "data").glob("process_*"))
+  assert data_files == ["process_0-of-2.json", "process_1-of-2.json"]  # one input position per host.
+
+  # One process cannot take over the data position of two.
+  [(code, out, err)] = _finish(_train(workdir, tiny_corpus, tmp_path, 1, **{"train.steps": 6}))
+  assert code != 0 and "holds the input positions of 2 processes, but this run has 1" in err, err[-3000:]
+  assert not (tmp_path / "calls_1_0.txt").exists()  # nothing prepared again.
+
+  # Two processes again resume it, each host from its own input position.
+  results = _finish(_train(workdir, tiny_corpus, tmp_path, 2, **{"train.steps": 6}))
+  for index, (code, out, err) in enumerate(results):
+    assert code == 0, f"process {index} failed:\n{out}\n{err[-3000:]}"
+  assert "resumed from step 3" in results[0][1] and "step      6/6" in results[0][1]
+  assert calls[0].read_text().split() == ["tfds_build", "train_tokenizer"] and not calls[1].exists()

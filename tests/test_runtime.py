@@ -1,0 +1,47 @@
+"""The host-allocator setting is applied only where it helps, XLA:CPU, decided without starting a backend."""
+
+import subprocess
+import sys
+
+import pytest
+
+from jformer import runtime
+
+
+@pytest.mark.parametrize("platforms, plugins, want", [
+    ("cpu", ["jax_cuda12_plugin"], True),  # asked for CPU: the installed plugin is not used.
+    ("cuda,cpu", [], False),
+    ("tpu", [], False),
+    (" cpu , cpu", ["libtpu"], True),
+    ("", [], True),  # nothing asked for, no accelerator plugin: XLA:CPU.
+    ("", ["cuda"], False),  # JAX would start the plugin's backend first.
+    ("", ["libtpu"], False),
+])
+def test_decides_xla_cpu_from_platforms_then_plugins(monkeypatch, platforms, plugins, want):
+  monkeypatch.setattr(runtime, "requested_platforms", lambda: platforms)
+  monkeypatch.setattr(runtime, "accelerator_plugins", lambda: plugins)
+  assert runtime.will_run_on_xla_cpu() is want
+
+
+@pytest.mark.parametrize("on_cpu, disabled, want_calls", [
+    (True, False, list(runtime.SETTINGS)), (False, False, []), (True, True, [])])
+def test_allocator_set_only_on_xla_cpu(monkeypatch, on_cpu, disabled, want_calls):
+  calls = []
+  monkeypatch.setattr(runtime, "will_run_on_xla_cpu", lambda: on_cpu)
+  monkeypatch.setattr(runtime, "_mallopt", lambda: lambda param, value: calls.append((param, value)) or 1)
+  if disabled:
+    monkeypatch.setenv(runtime.DISABLE_ENV, "1")
+  else:
+    monkeypatch.delenv(runtime.DISABLE_ENV, raising=False)
+  assert runtime.configure_host_allocator() is bool(want_calls)
+  assert calls == want_calls
+
+
+def test_decision_starts_no_backend():
+  """In a fresh process: deciding imports jax but initializes no backend (so it can run before any thread pool)."""
+  code = ("import jax._src.xla_bridge as xb; from jformer import runtime; "
+          "print(runtime.will_run_on_xla_cpu(), runtime.accelerator_plugins(), bool(xb._backends))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       env={"JAX_PLATFORMS": "", "PATH": ""}).stdout.split()
+  assert out[-1] == "False"
+  assert out[0] == str(out[1] == "[]")  # this machine: XLA:CPU iff no accelerator plugin is installed.
