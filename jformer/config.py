@@ -27,7 +27,7 @@ OPEN_GROUPS = ("model.attention_options", "model.positional_options")
 # (`check_same_run`); every other key (steps, intervals, optimizer, eval, decode, parallel, logging) may change.
 RUN_KEYS = ("model.", "data.dataset", "data.path", "data.source_lang", "data.target_lang", "data.vocab_path",
             "data.spm_max_sentences", "data.max_length", "data.long_examples", "data.packing", "data.batch_size",
-            "data.seed")
+            "data.seed", "data.pack")
 # Keys under RUN_KEYS that change neither the parameters nor the data: they may change on resume.
 RUN_KEYS_EXCEPT = ("model.dropout_rate", "model.attention_dropout_rate", "model.remat", "model.dtype")
 
@@ -65,6 +65,7 @@ def base_config() -> ml_collections.ConfigDict:
   config.data = data = ml_collections.ConfigDict()
   data.dataset = "parallel_text"  # Dataset name from the registry (`jformer.data.available_datasets()`).
   data.path = ""  # parallel_text: folder of {train,valid,test}.{src,tgt}; "" = the bundled gettext en-de corpus.
+  # text: folder of {train,valid,test}.txt, documents separated by blank lines; "" = the bundled English text.
   data.data_dir = ""  # tfds data dir (prepared ArrayRecord files); "" = <workdir>/tfds.
   data.source_lang = "en"  # Source language (wmt datasets); translation direction source -> target.
   data.target_lang = "de"  # Target language.
@@ -73,6 +74,9 @@ def base_config() -> ml_collections.ConfigDict:
   data.max_length = 64  # Tokens per training row (and per example side); eval/test sources are truncated.
   data.long_examples = "drop"  # Training pairs longer than max_length: 'drop' or 'truncate' (counted, logged).
   data.packing = True  # Pack several pairs per row (segment ids + positions) instead of padding.
+  # LM rows (model.architecture="lm"): "documents" = documents (cut at max_length) packed with segment ids, no
+  # attention across documents; "stream" = all documents + EOS concatenated and cut into contiguous rows.
+  data.pack = "documents"
   data.batch_size = 64  # Rows per training step, summed over all devices and hosts.
   data.eval_batch_size = 64  # Rows per eval batch, summed over all devices and hosts.
   data.seed = 0  # Shuffle seed (the data order is part of the checkpoint).
@@ -98,6 +102,7 @@ def base_config() -> ml_collections.ConfigDict:
   train.bleu_every = 0  # Steps between test-split BLEU; 0 = only at the end.
   train.bleu_examples = -1  # Test sentences decoded for BLEU; -1 = all.
   train.average_checkpoints = 0  # Final BLEU with the mean of the last N checkpoints (paper: 5 base, 20 big).
+  train.eval_lengths = ()  # LM: context lengths (tokens) of the final test bits per byte; () = data.max_length.
   train.skip_nonfinite_updates = 0  # Non-finite (NaN/Inf) updates skipped before the run stops; 0 = stop at the first.
 
   config.parallel = parallel = ml_collections.ConfigDict()
@@ -136,19 +141,28 @@ def load(path: str | pathlib.Path, overrides: Mapping[str, Any] | None = None) -
   return config
 
 
-def load_run(workdir: epath.PathLike, overrides: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
+# Run keys an evaluation of a trained run may change (`jformer evaluate --config.data.max_length=N`): the context
+# length it scores; the parameters work at any length their positional tables cover (model.max_length).
+EVAL_KEYS = ("data.max_length",)
+
+
+def load_run(workdir: epath.PathLike, overrides: Mapping[str, Any] | None = None, *,
+             may_change: tuple[str, ...] = ()) -> ml_collections.ConfigDict:
   """The resolved config a training run wrote to `<workdir>/config.json` (local or gs://...), with `overrides` applied.
 
   The file is read over `base_config()`, so runs written before a field existed get that field's default, and
   fields that have moved since are read where they are now (`_moved_fields`).
-  Overrides of the keys that define the run (`RUN_KEYS`) are refused, naming them (`check_same_run`).
+  Overrides of the keys that define the run (`RUN_KEYS`) are refused, naming them (`check_same_run`), except those
+  in `may_change` (e.g. `EVAL_KEYS`).
   """
   path = epath.Path(workdir) / "config.json"
   if not path.is_file():
     raise FileNotFoundError(f"{path} does not exist: is '{workdir}' the --workdir of a `jformer train` run?")
   written = _moved_fields(_flatten_dict(json.loads(path.read_text())))
   config = _from_values({**written, **(overrides or {})})
-  check_same_run(_from_values(written), config, f"the run in {workdir}", "drop those --config overrides")
+  check_same_run(_from_values({**written, **{key: value for key, value in (overrides or {}).items()
+                                             if key in may_change}}),
+                 config, f"the run in {workdir}", "drop those --config overrides")
   import_plugins(config.imports)
   validate(config)
   config.lock()
@@ -278,8 +292,15 @@ def validate(config: ml_collections.ConfigDict) -> None:
     raise ValueError("invalid config: " + "; ".join(problems))
   if config.data.long_examples not in ("drop", "truncate"):
     problems.append(f"data.long_examples='{config.data.long_examples}' is not 'drop' or 'truncate'")
+  if config.data.pack not in ("documents", "stream"):
+    problems.append(f"data.pack='{config.data.pack}' is not 'documents' or 'stream'")
   if config.data.max_length > config.model.max_length:
     problems.append(f"data.max_length={config.data.max_length} exceeds model.max_length={config.model.max_length}")
+  bad_lengths = [length for length in config.train.eval_lengths
+                 if not isinstance(length, int) or not 2 <= length <= config.model.max_length]
+  if bad_lengths:
+    problems.append(f"train.eval_lengths={tuple(config.train.eval_lengths)}: {bad_lengths} not whole numbers from 2 "
+                    f"to model.max_length={config.model.max_length}; give e.g. train.eval_lengths=(256, 512)")
   if config.data.batch_size % config.train.grad_accumulation_steps:
     problems.append(f"data.batch_size={config.data.batch_size} is not divisible by "
                     f"train.grad_accumulation_steps={config.train.grad_accumulation_steps}")

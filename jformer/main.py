@@ -2,7 +2,9 @@
 
     jformer train --config=configs/demo.py --workdir=runs/demo [--verbose] [--config.train.steps=100 ...]
     jformer translate --workdir=runs/demo < sentences.en
+    echo "The" | jformer generate --workdir=runs/lm [--method=sample --temperature=0.8 --top_p=0.9 --max_new_tokens=50]
     jformer average-checkpoints --workdir=runs/demo --last=5
+    jformer evaluate --workdir=runs/lm [--split=valid|test] [--checkpoint=auto] [--config.data.max_length=1024]
     jformer summary --config=configs/demo.py [--config.model.num_heads=8 ...]
     jformer visualize-attention --workdir=runs/demo --text "Save the file before closing."
     jformer launch --sweep=configs/sweeps/attention_variants.py [--backend=local|slurm|tpu_vm] [--dry_run]
@@ -57,40 +59,99 @@ def train(args, overrides):
 train.add_arguments = _train_arguments
 
 
+def _checkpoint_argument(parser):
+  parser.add_argument("--checkpoint", default="auto",
+                      help="'auto' (averaged if present, else latest), 'averaged', 'latest' or a step number")
+
+
+def _read_lines(path: str, unit: str) -> list[str]:
+  """The lines of `path` (local or gs://...; '-' = stdin), refused when empty or not UTF-8 (`source_lines`)."""
+  from etils import epath
+
+  from jformer.decode.translator import source_lines
+
+  return (source_lines(sys.stdin.buffer.read(), "stdin", unit) if path == "-"
+          else source_lines(epath.Path(path).read_bytes(), path, unit))
+
+
+def _write_lines(outputs, path: str) -> None:
+  """One output per line to `path` (local or gs://...; '-' = stdout), line i answering input line i: a newline
+  inside an output (a language model's paragraph break) is written as the two characters \\n."""
+  from etils import epath
+
+  text = "".join(out.replace("\n", "\\n") + "\n" for out in outputs)
+  if path == "-":
+    sys.stdout.write(text)
+  else:
+    epath.Path(path).write_text(text, encoding="utf-8")
+
+
 def _translate_arguments(parser):
   parser.add_argument("--workdir", required=True, help="the --workdir of a training run")
   parser.add_argument("--input", default="-", help="file of source lines, local or gs://... ('-' = stdin)")
   parser.add_argument("--output", default="-", help="file for the translations, local or gs://... ('-' = stdout)")
-  parser.add_argument("--checkpoint", default="auto",
-                      help="'auto' (averaged if present, else latest), 'averaged', 'latest' or a step number")
+  _checkpoint_argument(parser)
 
 
 @command("translate", "translate source lines (stdin or --input) with a trained run")
 def translate(args, overrides):
   import jax
-  from etils import epath
 
   from jformer import checkpoint
   from jformer import config as config_lib
   from jformer import data, models
-  from jformer.decode.translator import make_translator, source_lines
+  from jformer.decode.translator import make_translator
 
   _quiet_logs()
   config = config_lib.load_run(args.workdir, overrides)
-  lines = (source_lines(sys.stdin.buffer.read(), "stdin") if args.input == "-"
-           else source_lines(epath.Path(args.input).read_bytes(), args.input))
+  lines = _read_lines(args.input, "sentence")
   model = models.build(config)
   params = checkpoint.load_run_params(args.workdir, args.checkpoint)
   translator = make_translator(config, model, params, data.load_tokenizer(config, args.workdir))
-  outputs = translator(lines, rng=jax.random.PRNGKey(config.train.seed))
-  text = "".join(out + "\n" for out in outputs)
-  if args.output == "-":
-    sys.stdout.write(text)
-  else:
-    epath.Path(args.output).write_text(text, encoding="utf-8")
+  _write_lines(translator(lines, rng=jax.random.PRNGKey(config.train.seed)), args.output)
 
 
 translate.add_arguments = _translate_arguments
+
+
+def _generate_arguments(parser):
+  parser.add_argument("--workdir", required=True, help="the --workdir of a language model's training run")
+  parser.add_argument("--input", default="-", help="file of prompts, local or gs://... ('-' = stdin)")
+  parser.add_argument("--output", default="-", help="file for the continuations, local or gs://... ('-' = stdout)")
+  _checkpoint_argument(parser)
+  parser.add_argument("--max_new_tokens", type=int, default=50, help="most tokens added to each prompt")
+  parser.add_argument("--method", choices=("beam", "greedy", "sample"),
+                      help="decoding method (default: the run's decode.method)")
+  for flag, kind in (("temperature", float), ("top_k", int), ("top_p", float), ("beam_size", int), ("alpha", float),
+                     ("batch_size", int)):
+    parser.add_argument(f"--{flag}", type=kind, help=f"default: the run's decode.{flag}")
+  parser.add_argument("--seed", type=int, help="sampling seed (default: the run's train.seed); prompt i draws with "
+                      "fold_in(seed, i), the same whatever the batching")
+
+
+@command("generate", "continue prompts (stdin or --input, one per line; empty = unconditional) with a trained "
+         "language model")
+def generate(args, overrides):
+  import jax
+
+  from jformer import checkpoint
+  from jformer import config as config_lib
+  from jformer import data, models
+  from jformer.decode.generator import make_generator
+
+  _quiet_logs()
+  config = config_lib.load_run(args.workdir, overrides)
+  lines = _read_lines(args.input, "prompt")
+  model = models.build(config)
+  options = {k: getattr(args, k) for k in ("method", "temperature", "top_k", "top_p", "beam_size", "alpha",
+                                           "batch_size")}
+  generator = make_generator(config, model, checkpoint.load_run_params(args.workdir, args.checkpoint),
+                             data.load_tokenizer(config, args.workdir), max_new_tokens=args.max_new_tokens, **options)
+  seed = config.train.seed if args.seed is None else args.seed
+  _write_lines(generator(lines, rng=jax.random.PRNGKey(seed)), args.output)
+
+
+generate.add_arguments = _generate_arguments
 
 
 def _average_arguments(parser):
@@ -114,13 +175,34 @@ def average_checkpoints(args, overrides):
 average_checkpoints.add_arguments = _average_arguments
 
 
+def _evaluate_arguments(parser):
+  parser.add_argument("--workdir", required=True, help="the --workdir of a training run")
+  parser.add_argument("--split", default="valid", choices=["valid", "test"], help="the split to score")
+  _checkpoint_argument(parser)
+
+
+@command("evaluate", "score a trained run on a split (translation: loss, perplexity, BLEU; language model: bits per "
+         "byte); --config.data.max_length=N scores another context length")
+def evaluate(args, overrides):
+  from jformer.train.evaluation import evaluate_run, result_line
+
+  _quiet_logs()
+  results, path = evaluate_run(args.workdir, overrides, split=args.split, which=args.checkpoint)
+  print(f"{result_line(results)}; written to {path}")
+
+
+evaluate.add_arguments = _evaluate_arguments
+
+
 def _quiet_logs():
   """Keeps the console for progress lines: absl INFO and tfds progress bars off unless --verbosity asks, and no
-  warning from Orbax that a checkpoint directory opened read-only (to translate, average) is read-only."""
+  warning from Orbax that a checkpoint directory opened read-only (to translate, average) is read-only, nor from
+  tfds that a folder dataset (`parallel_text`, `text`) has its own builder config."""
   from absl import logging
 
   logging.set_verbosity(logging.WARNING)
-  logging.get_absl_logger().addFilter(lambda record: not record.getMessage().startswith("Given directory is read only"))
+  noise = ("Given directory is read only", "Using custom data configuration")  # Orbax; tfds, for our folder builders.
+  logging.get_absl_logger().addFilter(lambda record: not record.getMessage().startswith(noise))
   import tensorflow_datasets as tfds
 
   tfds.disable_progress_bar()
@@ -204,8 +286,7 @@ def _visualize_arguments(parser):
   parser.add_argument("--workdir", required=True, help="the --workdir of a training run (encoder-decoder)")
   parser.add_argument("--text", required=True, help="the source sentence to translate and show")
   parser.add_argument("--out", default="", help="folder for the PNGs (default <workdir>/attention)")
-  parser.add_argument("--checkpoint", default="auto",
-                      help="'auto' (averaged if present, else latest), 'averaged', 'latest' or a step number")
+  _checkpoint_argument(parser)
 
 
 @command("visualize-attention", "plot attention maps (encoder self, decoder self, cross; per layer and head) of a "

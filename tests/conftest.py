@@ -27,6 +27,19 @@ def scratch_registries(monkeypatch):
 
 
 @pytest.fixture
+def mock_tfds(monkeypatch):
+  """`tfds.testing.mock_data` with 7 random examples per split; nothing is downloaded or read from disk."""
+  import tensorflow_datasets as tfds
+  from tensorflow_datasets.testing import mocking
+
+  # tfds 4.9.10's mock binds `__getitems__` without `self`; ours takes the record keys and the generator only.
+  monkeypatch.setattr(mocking, "_getitems", lambda record_keys, generator, serialized=False:
+                      [generator[k] for k in record_keys])
+  with tfds.testing.mock_data(num_examples=7):
+    yield
+
+
+@pytest.fixture
 def repo_root() -> pathlib.Path:
   return REPO
 

@@ -21,7 +21,7 @@ def _pairs(n: int = 200, seed: int = 0) -> TokenizedPairs:
   """Example i: inputs [i+3]*k + [EOS], targets [i+3]*m + [EOS] (k, m random), so every token names its example."""
   rng = np.random.default_rng(seed)
   rows = {f: [[i + 3] * int(rng.integers(1, MAX_LENGTH)) + [EOS_ID] for i in range(n)] for f in pipeline.FEATURES}
-  (inputs, inputs_offsets), (targets, targets_offsets) = (pipeline._ragged(rows[f]) for f in pipeline.FEATURES)
+  (inputs, inputs_offsets), (targets, targets_offsets) = (pipeline.ragged(rows[f]) for f in pipeline.FEATURES)
   return TokenizedPairs(inputs, inputs_offsets, targets, targets_offsets)
 
 

@@ -7,8 +7,6 @@ import json
 import os
 
 import pytest
-import tensorflow_datasets as tfds
-from tensorflow_datasets.testing import mocking
 
 from jformer.data import parallel_text, sources
 
@@ -117,16 +115,6 @@ def test_registry():
     sources.register_dataset("parallel_text")(lambda *a, **k: None)
   with pytest.raises(ValueError, match=r"unknown split 'validation'; splits are \('train', 'valid', 'test'\)"):
     sources.load_split("parallel_text", "validation")
-
-
-@pytest.fixture
-def mock_tfds(monkeypatch):
-  """`tfds.testing.mock_data` with 7 random examples per split; nothing is downloaded or read from disk."""
-  # tfds 4.9.10's mock binds `__getitems__` without `self`; ours takes the record keys and the generator only.
-  monkeypatch.setattr(mocking, "_getitems", lambda record_keys, generator, serialized=False:
-                      [generator[k] for k in record_keys])
-  with tfds.testing.mock_data(num_examples=7):
-    yield
 
 
 @pytest.mark.parametrize("name", ["wmt14_translate/de-en", "wmt17_translate/de-en"])

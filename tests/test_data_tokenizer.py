@@ -115,3 +115,24 @@ def test_sample_sentences_is_seeded_and_capped():
 def test_too_large_vocab_names_the_fix():
   with pytest.raises(ValueError, match="smaller vocab_size"):
     train_tokenizer(["a tiny corpus", "with few pieces"], vocab_size=500)
+
+
+def test_a_lossless_vocabulary_gives_back_every_byte(texts):
+  """A language model's vocabulary (`lossless=True`) decodes back to the exact text: newlines, runs of spaces, NFKC
+  forms and characters it never saw (UTF-8 byte fallback, no unk); the translation default normalizes them away."""
+  documents = ["Line one.\nLine  two\tends here.", "ﬁne ligature, full-width Ａ, emoji 🦉 and Ω≈ç√∫",
+               "Ünïcödé — “quotes” and a trailing space "]
+  lossless = train_tokenizer(texts, vocab_size=VOCAB, max_sentences=3000, lossless=True)
+  default = train_tokenizer(texts, vocab_size=VOCAB, max_sentences=3000)
+  for document in documents:
+    ids = lossless.encode(document)
+    assert UNK_ID not in ids
+    assert lossless.decode(ids) == document
+  assert [default.decode(default.encode(d)) == d for d in documents] == [False] * 3
+  assert UNK_ID in default.encode(documents[1])
+
+
+def test_a_lossless_vocabulary_too_small_for_its_bytes_names_the_fix(texts):
+  with pytest.raises(ValueError, match=r"raise model.vocab_size: it must hold every character of the corpus and 256 "
+                                       r"byte pieces \(a lossless vocabulary\)"):
+    train_tokenizer(texts, vocab_size=200, max_sentences=3000, lossless=True)

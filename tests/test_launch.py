@@ -310,3 +310,95 @@ def test_example_sweeps_expand(repo_root, monkeypatch):
   heads = sweep.load("configs/sweeps/heads_ablation.py")
   assert [p.name for p in heads.points] == [f"num_heads={h},d_model=512" for h in (1, 4, 8, 16, 32)]
   assert heads.base == "configs/transformer_base.py"
+
+
+def synthetic_sweep(root: pathlib.Path, name: str, results: dict) -> sweep.Sweep:
+  """A sweep over model.positional whose points' workdirs hold `results[point]` as results.json (None: no
+  results.json, only a launch.log: a running point)."""
+  points = [{"model.positional": positional} for positional in results]
+  names = sweep.point_names(points)
+  for point_name, point_results in zip(names, results.values()):
+    workdir = root / name / point_name
+    workdir.mkdir(parents=True)
+    if point_results is None:
+      (workdir / runs.LOG).write_text("training\n")
+    else:
+      (workdir / runs.RESULTS).write_text(json.dumps(point_results))
+      (workdir / runs.EXIT_CODE).write_text("0\n")
+  return sweep.Sweep(name, "configs/lm_demo.py", {}, tuple(
+      sweep.Point(point_name, point, 150) for point_name, point in zip(names, points)))
+
+
+def lm_results(bits_at: dict, **extra) -> dict:
+  """The results.json of an LM run (issue 14's keys) with test bits per byte `bits_at` {context: bpb}."""
+  return {"step": 150, "train_loss": 4.5, "eval_loss": 4.25, "eval_perplexity": 70.1, "eval_bits_per_byte": 2.3125,
+          "xz_bits_per_byte": 2.0914, "test_bits_per_byte": bits_at["256"], "test_bits_per_byte_at": bits_at,
+          "tokens_per_second": 5123.4, "step_temp_mib": 81.0, "train_seconds": 120.0, **extra}
+
+
+def test_report_expands_per_context_results_and_plots_extrapolation(tmp_path, capsys):
+  from tensorboardX import SummaryWriter
+
+  root = tmp_path / "runs"
+  lm = synthetic_sweep(root, "lm", {
+      "sinusoidal": lm_results({"256": 2.5, "1024": 4.125, "512": 3.25}),  # dict order is not context order
+      "alibi": lm_results({"256": 2.4375, "512": 2.375, "1024": 2.3125}, tokens_per_second=4000.0),
+      "learned": None,  # still running: its latest logged eval scalars
+  })
+  writer = SummaryWriter(str(root / "lm" / "positional=learned" / "tensorboard"))
+  for step, bits in ((50, 3.5), (100, 2.875)):
+    writer.add_scalar("train/loss", 5.0 - step / 100, step)
+    writer.add_scalar("eval/bits_per_byte", bits, step)
+  writer.close()
+
+  table, paths = report.write(lm, str(root))
+  lines = table.splitlines()  # No point has BLEU or accuracy: no columns for them.
+  assert lines[0] == ("| point | model.positional | status | step | train_loss | eval_loss | eval_perplexity | "
+                      "test_bits_per_byte@256 | test_bits_per_byte@512 | test_bits_per_byte@1024 | "
+                      "eval_bits_per_byte | xz_bits_per_byte | tokens_per_second | step_temp_mib |")
+  assert lines[2] == ("| positional=sinusoidal | sinusoidal | done | 150 | 4.5000 | 4.2500 | 70.10 | 2.500 | 3.250 | "
+                      "4.125 | 2.312 | 2.091 | 5,123 | 81.0 |")
+  assert lines[3].startswith("| positional=alibi | alibi | done | 150 |") and "| 2.438 | 2.375 | 2.312 |" in lines[3]
+  assert lines[4] == "| positional=learned | learned | running | 100 | 4.0000 |  |  |  |  |  | 2.875 |  |  |  |"
+  with open(paths["report.csv"]) as f:
+    rows = list(csv.DictReader(f))
+  assert [float(rows[1][f"test_bits_per_byte@{n}"]) for n in (256, 512, 1024)] == [2.4375, 2.375, 2.3125]
+  assert rows[2]["test_bits_per_byte@1024"] == "" and float(rows[2]["eval_bits_per_byte"]) == 2.875
+  png = (root / "lm" / "extrapolation.png").read_bytes()
+  assert paths["extrapolation.png"] == str(root / "lm" / "extrapolation.png") and png.startswith(PNG_MAGIC)
+  from matplotlib import image
+
+  assert image.imread(root / "lm" / "extrapolation.png").shape[:2] == (500, 800)
+  assert "![bits per byte against context length](extrapolation.png)" in (root / "lm" / "report.md").read_text()
+
+  # Translation results (no dict-valued metric): BLEU and accuracy columns, no LM columns, no extrapolation plot.
+  translation = synthetic_sweep(root, "mt", {"sinusoidal": {"step": 150, "eval_accuracy": 0.5, "bleu": 12.5}})
+  table, paths = report.write(translation, str(root))
+  assert table.splitlines()[0] == "| point | model.positional | status | step | eval_accuracy | bleu |"
+  assert "extrapolation.png" not in paths and not (root / "mt" / "extrapolation.png").exists()
+
+
+def test_lm_variants_sweep_is_positional_encodings_then_attention_variants(repo_root):
+  from jformer import attention, config as config_lib, positional
+
+  module = config_lib.import_file(repo_root / "configs" / "sweeps" / "lm_variants.py", "sweep", "")
+  points = module.get_sweep()
+  assert sweep.point_names(points) == [
+      "positional=sinusoidal", "positional=learned", "positional=rotary", "positional=alibi", "positional=relative",
+      "positional=none", "attention=chunked,query_chunk_size=64,key_chunk_size=64", "attention=local,window_size=128",
+      "attention=linear"]
+  assert set(module.POSITIONAL) <= set(positional.available())
+  for point in points[6:]:  # the options are the variants' own
+    variant = attention.get(point["model.attention"])
+    assert {k.rsplit(".", 1)[1] for k in point if k.startswith("model.attention_")} <= set(variant.options)
+  assert module.FIXED["model.positional"] == "sinusoidal" and module.FIXED["train.steps"] == 200
+
+
+def test_lm_variants_sweep_loads(repo_root, monkeypatch):
+  monkeypatch.chdir(repo_root)
+  variants = sweep.load("configs/sweeps/lm_variants.py")
+  assert len(variants.points) == 9 and all(p.steps == 200 for p in variants.points)
+  local = variants.points[7]
+  assert variants.point_args(local) == [
+      "--config.model.positional=sinusoidal", "--config.model.attention=local",
+      "--config.model.attention_options.window_size=128"]

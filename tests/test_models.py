@@ -222,8 +222,9 @@ def test_every_config_builds_and_runs_forward(config_file, repo_root):
   config = config_lib.load(repo_root / "configs" / config_file)
   model = models.build(config)
   x = jnp.ones((1, 8), jnp.int32)
-  params = jax.jit(model.init)(jax.random.PRNGKey(0), x, x)
-  logits = jax.jit(model.apply)(params, x, x)
+  args, _ = model.call_arguments({"inputs": x, "targets": x})  # an LM reads the targets alone.
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), *args)
+  logits = jax.jit(model.apply)(params, *args)
   assert logits.shape == (1, 8, config.model.vocab_size)
   assert np.isfinite(np.asarray(logits)).all()
 

@@ -288,9 +288,10 @@ class Checkpointer:
       raise integrity.CorruptCheckpointError(
           f"no valid checkpoint in {self._directory}: {'; '.join(corrupt)}. Restore those files from a copy, or "
           f"move {self._directory} away to start the run over.")
-    moved = self._set_aside([s for s in steps if s > step])
-    logging.warning("corrupt checkpoint: %s in %s%s; restoring step %d instead.", "; ".join(corrupt),
-                    self._directory, f", moved to {', '.join(moved)}" if moved else "", step)
+    if corrupt:  # the newest step is corrupt: named once, set aside, and the newest valid one restored.
+      moved = self._set_aside([s for s in steps if s > step])
+      logging.warning("corrupt checkpoint: %s in %s%s; restoring step %d instead.", "; ".join(corrupt),
+                      self._directory, f", moved to {', '.join(moved)}" if moved else "", step)
     return step
 
   def _problem(self, step: int) -> str | None:

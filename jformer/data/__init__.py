@@ -13,22 +13,35 @@ and `make_datasets` reads and tokenizes only this host's shard):
 A training run reads the same from its config: `prepare(config, workdir)` (the tokenizer), `source_args(config,
 workdir)`.
 
+Language modelling reads a document dataset ("text", "lm1b", "wiki40b/en": `DocumentSource`s of `{"text": str}`):
+
+    data = make_lm_datasets(dataset="text", path="", data_dir=f"{workdir}/tfds", tokenizer=tok, batch_size=64,
+                            max_length=256, pack="documents")
+    batch = next(data.train)            # dict of int32 [64, 256]: targets, targets_segmentation, targets_position
+    for batch in data.eval_batches("valid", max_length=512): ...
+    bits_per_byte = total_nats / math.log(2) / data.split_bytes("valid")
+
 Token ids (`jformer.ops.tokens`): pad = 0, eos = 1, unk = 2, no bos; source and target sequences end with EOS.
 """
 
 from jformer.data.checks import check_run_inputs
+from jformer.data.documents import DocumentSource
+from jformer.data.lm_pipeline import (LM_BATCH_KEYS, PACKS, LMDatasets, TokenizedDocuments, lm_eval_dataset,
+                                      lm_train_dataset, make_lm_datasets, tokenize_documents)
 from jformer.data.pipeline import (BATCH_KEYS, Datasets, TokenizedPairs, eval_dataset, make_datasets, pad_example,
                                    tokenize_pairs, train_dataset)
 from jformer.data.preparation import prepare
-from jformer.data.sources import (SPLITS, TextPairSource, available_datasets, bundled_corpus_path, get_dataset,
-                                  load_split, pair_texts, register_dataset)
+from jformer.data.sources import (SPLITS, TextPairSource, available_datasets, bundled_corpus_path, bundled_text_path,
+                                  get_dataset, load_split, pair_texts, register_dataset, training_texts)
 from jformer.data.tokenizer import Tokenizer, get_tokenizer, train_tokenizer
 from jformer.data.workdir import load_tokenizer, source_args, vocab_path
 from jformer.ops.tokens import EOS_ID, PAD_ID, UNK_ID
 
 __all__ = [
-    "BATCH_KEYS", "Datasets", "EOS_ID", "PAD_ID", "SPLITS", "TextPairSource", "TokenizedPairs", "Tokenizer", "UNK_ID",
-    "available_datasets", "bundled_corpus_path", "check_run_inputs", "eval_dataset", "get_dataset", "get_tokenizer",
-    "load_split", "load_tokenizer", "make_datasets", "pad_example", "pair_texts", "prepare", "register_dataset",
-    "source_args", "tokenize_pairs", "train_dataset", "train_tokenizer", "vocab_path"
+    "BATCH_KEYS", "Datasets", "DocumentSource", "EOS_ID", "LMDatasets", "LM_BATCH_KEYS", "PACKS", "PAD_ID", "SPLITS",
+    "TextPairSource", "TokenizedDocuments", "TokenizedPairs", "Tokenizer", "UNK_ID", "available_datasets",
+    "bundled_corpus_path", "bundled_text_path", "check_run_inputs", "eval_dataset", "get_dataset", "get_tokenizer",
+    "lm_eval_dataset", "lm_train_dataset", "load_split", "load_tokenizer", "make_datasets", "make_lm_datasets",
+    "pad_example", "pair_texts", "prepare", "register_dataset", "source_args", "tokenize_documents",
+    "tokenize_pairs", "train_dataset", "train_tokenizer", "training_texts", "vocab_path"
 ]

@@ -12,19 +12,22 @@ import tempfile
 from etils import epath
 
 from jformer import paths
-from jformer.data import parallel_text
+from jformer.data import documents, parallel_text
 from jformer.data.sources import get_dataset
 from jformer.data.tokenizer import Tokenizer
 
 
 def check_run_inputs(config, workdir: epath.PathLike) -> None:
   """Refuses, before a run writes anything, a workdir it cannot write, an unknown dataset, bad parallel text
-  (missing, empty, misaligned or non-UTF-8 files: `parallel_text.check_aligned`) and a missing or mismatched
+  (missing, empty, misaligned or non-UTF-8 files: `parallel_text.check_aligned`), a bad "text" folder (missing
+  files, a split without documents, non-UTF-8 text: `documents.count_documents`) and a missing or mismatched
   `data.vocab_path`."""
   check_workdir(workdir)
   get_dataset(config.data.dataset)  # an unknown name raises a KeyError listing the known ones.
   if config.data.dataset == "parallel_text" and config.data.path:  # the bundled corpus ("") is known good.
     parallel_text.check_aligned(parallel_text.find_split_files(paths.absolute(config.data.path)))
+  if config.data.dataset == "text" and config.data.path:  # the bundled corpus ("") is known good.
+    documents.count_documents(documents.find_split_files(paths.absolute(config.data.path)))
   if config.data.vocab_path:
     check_vocab(config.data.vocab_path, config.model.vocab_size)
 

@@ -1,6 +1,7 @@
 """grain input pipelines: tokenized pairs -> shuffled, packed or padded, per-host batches.
 
-A batch is a dict of int32 numpy arrays, each `[batch, max_length]`:
+A batch is a dict of int32 numpy arrays, each `[batch, max_length]` (language-modelling batches, `lm_pipeline`,
+have the "targets" keys only: `batch_keys(("targets",))`):
   inputs, targets                              token ids, 0 = padding; each example ends with EOS (1).
   inputs_segmentation, targets_segmentation    1, 2, 3... = which packed example of the row a token belongs to,
                                                0 = padding (un-packed rows: 1 on tokens).
@@ -15,8 +16,9 @@ exactly (with the same number of hosts).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import grain
 import jax
@@ -28,7 +30,14 @@ from jformer.data.tokenizer import Tokenizer
 from jformer.ops.tokens import EOS_ID
 
 FEATURES = ("inputs", "targets")
-BATCH_KEYS = tuple(f"{f}{suffix}" for f in FEATURES for suffix in ("", "_segmentation", "_position"))
+
+
+def batch_keys(features: tuple[str, ...]) -> tuple[str, ...]:
+  """The keys of a batch of `features`: each feature's tokens, `_segmentation` and `_position`."""
+  return tuple(f"{f}{suffix}" for f in features for suffix in ("", "_segmentation", "_position"))
+
+
+BATCH_KEYS = batch_keys(FEATURES)
 LONG_EXAMPLES = ("drop", "truncate")
 _ENCODE_CHUNK = 8192  # Pairs per `encode_batch` call.
 
@@ -64,8 +73,9 @@ class TokenizedPairs:
     return len(self.inputs) + len(self.targets)
 
 
-def _ragged(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+def ragged(rows: Iterable[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
   """Flat int32 values and int64 `[len(rows) + 1]` offsets of `rows`."""
+  rows = list(rows)
   offsets = np.zeros(len(rows) + 1, np.int64)
   np.cumsum([len(r) for r in rows], out=offsets[1:])
   return np.fromiter(itertools.chain.from_iterable(rows), np.int32, count=offsets[-1]), offsets
@@ -107,16 +117,17 @@ def tokenize_pairs(source: Iterable[dict[str, str]], tokenizer: Tokenizer, *, ma
   if long:
     logging.info("%s: %s %d of %d pairs longer than max_length=%d.", name or "tokenize",
                  "dropped" if long_examples == "drop" else "truncated", long, total, max_length)
-  (inputs, inputs_offsets), (targets, targets_offsets) = (_ragged(kept[f]) for f in FEATURES)
+  (inputs, inputs_offsets), (targets, targets_offsets) = (ragged(kept[f]) for f in FEATURES)
   return TokenizedPairs(inputs, inputs_offsets, targets, targets_offsets,
                         dropped=long if long_examples == "drop" else 0,
                         truncated=long if long_examples == "truncate" else 0)
 
 
-def pad_example(example: dict[str, np.ndarray], max_length: int) -> dict[str, np.ndarray]:
-  """One un-packed row: the six batch keys, each int32 `[max_length]`."""
-  row = {key: np.zeros(max_length, np.int32) for key in BATCH_KEYS}
-  for f in FEATURES:
+def pad_example(example: dict[str, np.ndarray], max_length: int,
+                features: tuple[str, ...] = FEATURES) -> dict[str, np.ndarray]:
+  """One un-packed row of `example`'s `features`: the keys `batch_keys(features)`, each int32 `[max_length]`."""
+  row = {key: np.zeros(max_length, np.int32) for key in batch_keys(features)}
+  for f in features:
     n = len(example[f])
     row[f][:n] = example[f]
     row[f"{f}_segmentation"][:n] = 1
@@ -124,10 +135,31 @@ def pad_example(example: dict[str, np.ndarray], max_length: int) -> dict[str, np
   return row
 
 
-def _rename_packed(row: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def rename_packed(row: dict[str, np.ndarray], features: tuple[str, ...] = FEATURES) -> dict[str, np.ndarray]:
   """grain's packed keys (`<f>_segment_ids`, `<f>_positions`) -> ours (`<f>_segmentation`, `<f>_position`)."""
   return {key: row[key.replace("_segmentation", "_segment_ids").replace("_position", "_positions")]
-          for key in BATCH_KEYS}
+          for key in batch_keys(features)}
+
+
+def pack_and_batch(examples: grain.IterDataset, *, features: tuple[str, ...], batch_size: int, max_length: int,
+                   packing: bool, seed: int, drop_remainder: bool, prefetch: int) -> grain.IterDataset:
+  """Rows of `examples` (dicts of `features` -> int32 `[<= max_length]`), packed (grain's first fit over
+  `batch_size` rows at a time; segment ids and positions restart per example) or padded one per row, then batched
+  (`batched`)."""
+  if packing:
+    rows = grain.experimental.FirstFitPackIterDataset(
+        examples, length_struct={f: max_length for f in features}, num_packing_bins=batch_size, seed=seed,
+        shuffle_bins=True).map(functools.partial(rename_packed, features=features))
+  else:
+    rows = examples.map(functools.partial(pad_example, max_length=max_length, features=features))
+  return batched(rows, batch_size=batch_size, drop_remainder=drop_remainder, prefetch=prefetch)
+
+
+def batched(rows: grain.IterDataset, *, batch_size: int, drop_remainder: bool, prefetch: int) -> grain.IterDataset:
+  """Batches of `batch_size` rows, built `prefetch` batches ahead in a background thread (grain's
+  `ThreadPrefetchIterDataset`; 0 = none)."""
+  ds = rows.batch(batch_size, drop_remainder=drop_remainder)
+  return grain.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=prefetch) if prefetch else ds
 
 
 def train_dataset(pairs: TokenizedPairs, *, batch_size: int, max_length: int, packing: bool = True, seed: int = 0,
@@ -151,39 +183,35 @@ def train_dataset(pairs: TokenizedPairs, *, batch_size: int, max_length: int, pa
   if not len(pairs):
     raise ValueError(f"no training examples ({pairs.dropped} dropped as longer than max_length={max_length}); "
                      "raise max_length, use long_examples='truncate' or, with several hosts, use fewer hosts.")
-  ds = grain.MapDataset.source(pairs).shuffle(seed).repeat(num_epochs).to_iter_dataset(
+  examples = grain.MapDataset.source(pairs).shuffle(seed).repeat(num_epochs).to_iter_dataset(
       grain.ReadOptions(num_threads=0))
-  if packing:
-    ds = grain.experimental.FirstFitPackIterDataset(
-        ds, length_struct={f: max_length for f in FEATURES}, num_packing_bins=batch_size, seed=seed,
-        shuffle_bins=True).map(_rename_packed)
-  else:
-    ds = ds.map(lambda example: pad_example(example, max_length))
-  ds = ds.batch(batch_size, drop_remainder=drop_remainder)
-  return grain.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=prefetch) if prefetch else ds
+  return pack_and_batch(examples, features=FEATURES, batch_size=batch_size, max_length=max_length, packing=packing,
+                        seed=seed, drop_remainder=drop_remainder, prefetch=prefetch)
 
 
-def eval_dataset(pairs: TokenizedPairs, *, batch_size: int, max_length: int, min_examples: int = 0
-                 ) -> grain.MapDataset:
+def eval_dataset(pairs: TokenizedPairs, *, batch_size: int, max_length: int, min_examples: int = 0,
+                 features: tuple[str, ...] = FEATURES) -> grain.MapDataset:
   """Eval batches of one host: each of its examples once, in order, un-packed; all-padding rows fill the end.
 
   Args:
-    pairs: this host's tokenized examples.
+    pairs: this host's tokenized examples (a sequence of dicts of `features` -> int32 `[<= max_length]`).
     batch_size, max_length: rows per batch, tokens per row.
     min_examples: rows before rounding up to whole batches, if more than `len(pairs)`: with several hosts, the
       largest host's example count, so that every host gets the same number of batches and a multi-host eval
       loop stays in step. Padding rows (segmentation 0 everywhere) carry no loss weight.
 
+    features: the features of an example (translation: inputs and targets; language modelling: targets).
+
   Returns:
     A MapDataset of `ceil(max(len(pairs), min_examples) / batch_size)` batches (dicts of int32
-    `[batch_size, max_length]`, keys `BATCH_KEYS`).
+    `[batch_size, max_length]`, keys `batch_keys(features)`).
   """
   examples = grain.MapDataset.source(pairs)
   num_batches = -(-max(len(pairs), min_examples) // batch_size)
-  empty = {f: np.zeros(0, np.int32) for f in FEATURES}
+  empty = {f: np.zeros(0, np.int32) for f in features}
 
   def row(index: int) -> dict[str, np.ndarray]:
-    return pad_example(examples[index] if index < len(examples) else empty, max_length)
+    return pad_example(examples[index] if index < len(examples) else empty, max_length, features)
 
   return grain.MapDataset.range(num_batches * batch_size).map(row).batch(batch_size)
 
@@ -252,6 +280,9 @@ def make_datasets(*, dataset: str, tokenizer: Tokenizer, batch_size: int, max_le
   def load(split: str) -> sources.TextPairSource:
     source = sources.load_split(dataset, split, path=path, data_dir=data_dir, source_lang=source_lang,
                                 target_lang=target_lang)
+    if not isinstance(source, sources.TextPairSource):
+      raise ValueError(f"dataset '{dataset}' holds documents, not translation pairs; train a language model on it "
+                       "(model.architecture='lm'), or give a translation dataset such as 'parallel_text'.")
     split_sizes[split] = len(source)
     return source
 

@@ -1,4 +1,6 @@
-"""The dataset registry: `config.data.dataset` -> random-access sources of `{"inputs": str, "targets": str}` pairs.
+"""The dataset registry: `config.data.dataset` -> random-access sources of translation pairs
+(`TextPairSource`: `{"inputs": str, "targets": str}`) or of language-modelling documents (`DocumentSource`:
+`{"text": str}`).
 
 Every dataset has the splits "train", "valid" and "test". A loader is registered under a name or a glob pattern:
 
@@ -11,6 +13,13 @@ Registered here:
                            `.src` is the source side; `source_lang`/`target_lang` are not used.
   "wmt*_translate/*"       tfds translation datasets, e.g. "wmt14_translate/de-en", read with `tfds.data_source`
                            from `data_dir`; `source_lang`/`target_lang` pick the direction (default en -> de).
+  "text"                   documents: a folder of `{train,valid,test}.txt[.gz]`, documents separated by blank lines
+                           (`path`; "" = the bundled English corpus, `bundled_text_path()`), prepared as a tfds
+                           ArrayRecord dataset under `data_dir` (`documents.py`).
+  "lm1b"                   tfds One Billion Word benchmark, one sentence per document. It has no validation split:
+                           "valid" reads its "test" split too (as the Flax lm1b example evaluates), so valid and
+                           test scores of lm1b are the same data.
+  "wiki40b/*"              tfds Wiki-40B articles, e.g. "wiki40b/en" (text with its `_START_ARTICLE_` etc. markers).
 """
 
 from __future__ import annotations
@@ -20,19 +29,21 @@ import os
 from typing import Any, Callable, Iterator, Sequence
 
 import tensorflow_datasets as tfds
+from absl import logging
 
-from jformer.data import parallel_text
+from jformer.data import documents, parallel_text, records
+from jformer.data.documents import DocumentSource
 from jformer.registry import Registry
 
 SPLITS = ("train", "valid", "test")
 _TFDS_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
-_READ_CHUNK = 4096  # Records per batched read; ArrayRecord reads one by one are ~100x slower.
+_LM1B_SPLITS = {"train": "train", "valid": "test", "test": "test"}  # lm1b has no validation split.
 
-Loader = Callable[..., "TextPairSource"]
+Loader = Callable[..., "TextPairSource | DocumentSource"]
 _REGISTRY: Registry[Loader] = Registry("dataset", patterns=True)
 
 
-class TextPairSource:
+class TextPairSource(records.RecordView):
   """Random-access view of a tfds data source as `{"inputs": str, "targets": str}` elements.
 
   Args:
@@ -44,48 +55,21 @@ class TextPairSource:
 
   def __init__(self, source: Sequence[dict[str, Any]], *, inputs_key: str, targets_key: str,
                indices: range | None = None):
-    self._source = source
+    super().__init__(source, indices=indices)
     self._keys = (inputs_key, targets_key)
-    self._indices = range(len(source)) if indices is None else indices
-
-  def __len__(self) -> int:
-    return len(self._indices)
-
-  def __getitem__(self, index: int) -> dict[str, str]:
-    return self._pair(self._source[self._indices[index]])
-
-  def __getitems__(self, indices: Sequence[int]) -> list[dict[str, str]]:
-    """Batched read (much faster than one `__getitem__` per element)."""
-    return [self._pair(example) for example in self._source.__getitems__([self._indices[i] for i in indices])]
-
-  def shard(self, shard_index: int, shard_count: int) -> TextPairSource:
-    """Elements shard_index, shard_index + shard_count, ... of this source: one host's share when `shard_count`
-    hosts read it. Nothing is read until the view is."""
-    if not 0 <= shard_index < shard_count:
-      raise ValueError(f"shard_index={shard_index} is not in [0, shard_count={shard_count}).")
-    return TextPairSource(self._source, inputs_key=self._keys[0], targets_key=self._keys[1],
-                          indices=self._indices[shard_index::shard_count])
-
-  def __iter__(self) -> Iterator[dict[str, str]]:
-    """All elements in order, read in chunks."""
-    for start in range(0, len(self), _READ_CHUNK):
-      yield from self.__getitems__(range(start, min(start + _READ_CHUNK, len(self))))
 
   def __repr__(self) -> str:
-    view = "" if self._indices == range(len(self._source)) else f", indices={self._indices!r}"
-    return f"TextPairSource({self._source!r}, inputs={self._keys[0]!r}, targets={self._keys[1]!r}{view})"
+    return (f"TextPairSource({self._source!r}, inputs={self._keys[0]!r}, targets={self._keys[1]!r}"
+            f"{self._view_repr()})")
 
-  def _pair(self, example: dict[str, Any]) -> dict[str, str]:
-    inputs, targets = (_as_str(example[k]) for k in self._keys)
+  def _element(self, example: dict[str, Any]) -> dict[str, str]:
+    inputs, targets = (records.as_str(example[k]) for k in self._keys)
     return {"inputs": inputs, "targets": targets}
 
 
-def _as_str(text: bytes | str) -> str:
-  return text.decode("utf-8") if isinstance(text, bytes) else str(text)
-
-
 def register_dataset(name: str) -> Callable[[Loader], Loader]:
-  """Decorator registering `loader(name, split, *, path, data_dir, source_lang, target_lang) -> TextPairSource`.
+  """Decorator registering `loader(name, split, *, path, data_dir, source_lang, target_lang)`, which returns a
+  `TextPairSource` (translation) or a `DocumentSource` (language modelling).
 
   `name` may be a glob pattern ("wmt*_translate/*"); the loader then gets the full name it was asked for.
   """
@@ -104,13 +88,14 @@ def available_datasets() -> list[str]:
 
 
 def load_split(dataset: str, split: str, *, path: str = "", data_dir: str | None = None, source_lang: str = "en",
-               target_lang: str = "de") -> TextPairSource:
-  """The `split` ("train", "valid" or "test") of `dataset`, as `{"inputs": str, "targets": str}` elements.
+               target_lang: str = "de") -> TextPairSource | DocumentSource:
+  """The `split` ("train", "valid" or "test") of `dataset`: `{"inputs": str, "targets": str}` pairs
+  (`TextPairSource`) or `{"text": str}` documents (`DocumentSource`), as the dataset holds.
 
   Args:
     dataset: a registered name (`available_datasets()`).
     split: "train", "valid" or "test".
-    path: dataset-specific location (the folder for "parallel_text"; "" = the bundled corpus).
+    path: dataset-specific location (the folder for "parallel_text" and "text"; "" = the bundled corpus).
     data_dir: tfds data directory (where prepared datasets live); None = tfds's default.
     source_lang, target_lang: translation direction, for datasets with several languages.
   """
@@ -127,9 +112,27 @@ def pair_texts(source: TextPairSource) -> Iterator[str]:
     yield pair["targets"]
 
 
+def document_lines(source: DocumentSource) -> Iterator[str]:
+  """The non-empty lines of every document: SentencePiece's training sentences (it skips inputs over 4192 bytes,
+  which a whole document often is)."""
+  for document in source:
+    yield from (line for line in document["text"].split("\n") if line.strip())
+
+
+def training_texts(source: TextPairSource | DocumentSource) -> Iterator[str]:
+  """The texts to train a vocabulary on: both sides of every pair (`pair_texts`), or every document's non-empty
+  lines (`document_lines`)."""
+  return document_lines(source) if isinstance(source, DocumentSource) else pair_texts(source)
+
+
 def bundled_corpus_path() -> str:
   """The folder of the bundled gettext English->German corpus (`jformer/data/corpora/gettext_en_de`)."""
   return os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpora", "gettext_en_de")
+
+
+def bundled_text_path() -> str:
+  """The folder of the bundled English documents of the "text" dataset (`jformer/data/corpora/english_text`)."""
+  return os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpora", "english_text")
 
 
 @register_dataset("parallel_text")
@@ -146,7 +149,7 @@ def load_tfds_translate(name: str, split: str, *, path: str, data_dir: str | Non
                         target_lang: str) -> TextPairSource:
   """A tfds WMT dataset such as "wmt14_translate/de-en" (downloaded and prepared by tfds if not in `data_dir`)."""
   del path  # tfds finds the data in data_dir.
-  _import_tfds_builder(name)
+  _import_tfds_builder(name, "translate", example="'wmt14_translate/de-en'")
   source = tfds.data_source(name, split=_TFDS_SPLITS[split], data_dir=data_dir)
   languages = sorted(source.dataset_info.features.keys())
   for lang in (source_lang, target_lang):
@@ -156,14 +159,44 @@ def load_tfds_translate(name: str, split: str, *, path: str, data_dir: str | Non
   return TextPairSource(source, inputs_key=source_lang, targets_key=target_lang)
 
 
-def _import_tfds_builder(name: str) -> None:
-  """Registers the tfds builder of `name` ("wmt14_translate/de-en" -> `tensorflow_datasets.translate.wmt14`).
+@register_dataset("text")
+def load_text(name: str, split: str, *, path: str, data_dir: str | None, source_lang: str,
+              target_lang: str) -> DocumentSource:
+  """A folder of documents (`path`, "" = the bundled English corpus; see `documents.py`)."""
+  del name, source_lang, target_lang  # Monolingual.
+  builder = documents.prepare(path or bundled_text_path(), data_dir)
+  return DocumentSource(builder.as_data_source(split), text_key="text")
 
-  The builder modules are imported one by one: `import tensorflow_datasets.translate` needs TensorFlow.
+
+@register_dataset("lm1b")
+@register_dataset("wiki40b/*")
+def load_tfds_text(name: str, split: str, *, path: str, data_dir: str | None, source_lang: str,
+                   target_lang: str) -> DocumentSource:
+  """A tfds language-modelling dataset whose "text" feature is a document: "lm1b" (valid = its test split, see
+  the module docstring) or "wiki40b/<language>" (downloaded and prepared by tfds if not in `data_dir`)."""
+  del path, source_lang, target_lang  # tfds finds the data in data_dir; monolingual.
+  _import_tfds_builder(name, "text", example="'lm1b' or 'wiki40b/en'")
+  splits = _LM1B_SPLITS if name == "lm1b" else _TFDS_SPLITS
+  if splits[split] != _TFDS_SPLITS[split]:
+    logging.warning("dataset '%s' has no '%s' split; reading its '%s' split as '%s'.", name, _TFDS_SPLITS[split],
+                    splits[split], split)
+  return DocumentSource(tfds.data_source(name, split=splits[split], data_dir=data_dir), text_key="text")
+
+
+def _import_tfds_builder(name: str, package: str, *, example: str) -> None:
+  """Registers the tfds builder of `name` by importing its module, e.g. "wmt14_translate/de-en" ->
+  `tensorflow_datasets.translate.wmt14`, "wiki40b/en" -> `tensorflow_datasets.text.wiki40b`.
+
+  The builder modules are imported one by one: `import tensorflow_datasets.<package>` needs TensorFlow.
+
+  Args:
+    name: the tfds dataset name.
+    package: the tfds package of its builder ("translate", "text").
+    example: dataset names to suggest if the import fails.
   """
-  module = "tensorflow_datasets.translate." + name.split("/")[0].removesuffix("_translate")
+  module = f"tensorflow_datasets.{package}." + name.split("/")[0].removesuffix("_translate")
   try:
     importlib.import_module(module)
   except ImportError as e:
     raise ValueError(f"dataset '{name}': cannot import its tfds builder module {module} ({e}); use a tfds "
-                     "translation dataset name such as 'wmt14_translate/de-en'.") from e
+                     f"{package} dataset name such as {example}.") from e

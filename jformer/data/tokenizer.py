@@ -87,7 +87,8 @@ def sample_sentences(texts: Iterable[str], max_sentences: int, seed: int = 0) ->
 
 
 def train_tokenizer(texts: Iterable[str], *, vocab_size: int, model_type: str = "unigram",
-                    character_coverage: float = 0.9995, max_sentences: int = 1_000_000, seed: int = 0) -> Tokenizer:
+                    character_coverage: float = 0.9995, max_sentences: int = 1_000_000, seed: int = 0,
+                    lossless: bool = False) -> Tokenizer:
   """Trains a SentencePiece model in memory.
 
   Args:
@@ -97,8 +98,12 @@ def train_tokenizer(texts: Iterable[str], *, vocab_size: int, model_type: str = 
     character_coverage: fraction of characters the vocabulary covers; the rest map to unk.
     max_sentences: train on a seeded sample of at most this many sentences.
     seed: seed of that sample.
+    lossless: `decode(encode(text)) == text` for every text: characters outside the vocabulary fall back to their
+      UTF-8 bytes (no unk), and nothing is normalized (no NFKC, spaces and newlines kept). A language model needs
+      it so that its bits per byte charge every byte of the text, not a normalized or unk-collapsed version of it.
   """
   sentences = sample_sentences(texts, max_sentences, seed)
+  exact = dict(byte_fallback=True, normalization_rule_name="identity", remove_extra_whitespaces=False)
   if not sentences:
     raise ValueError("no sentences to train the tokenizer on: `texts` is empty (check the training split).")
   model = io.BytesIO()
@@ -106,24 +111,26 @@ def train_tokenizer(texts: Iterable[str], *, vocab_size: int, model_type: str = 
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(sentences), model_writer=model, vocab_size=vocab_size, model_type=model_type,
         character_coverage=character_coverage, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
-        input_sentence_size=0, num_threads=os.cpu_count() or 1, minloglevel=2)
+        input_sentence_size=0, num_threads=os.cpu_count() or 1, minloglevel=2, **(exact if lossless else {}))
   except RuntimeError as e:
+    fix = ("raise model.vocab_size: it must hold every character of the corpus" + (" and 256 byte pieces (a lossless "
+           "vocabulary)" if lossless else "") if "smaller than required_chars" in str(e) else
+           "a vocabulary too large for the corpus needs a smaller vocab_size (or more data)")
     raise ValueError(f"SentencePiece training failed ({len(sentences)} sentences, vocab_size={vocab_size}, "
-                     f"model_type={model_type!r}): {str(e).rstrip('.')}. A vocabulary too large for the corpus needs a "
-                     "smaller vocab_size (or more data).") from e
+                     f"model_type={model_type!r}): {str(e).rstrip('.')}; {fix}.") from e
   return Tokenizer(model.getvalue())
 
 
 def get_tokenizer(path: epath.PathLike, texts_fn: Callable[[], Iterable[str]], *, vocab_size: int,
                   model_type: str = "unigram", character_coverage: float = 0.9995, max_sentences: int = 1_000_000,
-                  seed: int = 0) -> Tokenizer:
+                  seed: int = 0, lossless: bool = False) -> Tokenizer:
   """The tokenizer cached at `path` (e.g. `<workdir>/vocab/spm_8000.model`), trained and written there if missing.
 
   Args:
     path: the cache file, local or any `etils.epath` path (gs://...); reused as is when it exists (`texts_fn` is
       then not called). The model is trained in memory and written as bytes (no local file needed).
     texts_fn: returns the training sentences; called only to train.
-    vocab_size, model_type, character_coverage, max_sentences, seed: see `train_tokenizer`.
+    vocab_size, model_type, character_coverage, max_sentences, seed, lossless: see `train_tokenizer`.
 
   Raises:
     ValueError: the cached model's vocabulary size differs from `vocab_size`.
@@ -137,7 +144,8 @@ def get_tokenizer(path: epath.PathLike, texts_fn: Callable[[], Iterable[str]], *
     logging.info("Reusing tokenizer %s (vocab_size=%d).", path, vocab_size)
     return tokenizer
   tokenizer = train_tokenizer(texts_fn(), vocab_size=vocab_size, model_type=model_type,
-                              character_coverage=character_coverage, max_sentences=max_sentences, seed=seed)
+                              character_coverage=character_coverage, max_sentences=max_sentences, seed=seed,
+                              lossless=lossless)
   paths.write_atomically(path, tokenizer.model_proto)
   logging.info("Trained tokenizer %s (vocab_size=%d, model_type=%s).", path, vocab_size, model_type)
   return tokenizer

@@ -13,7 +13,7 @@ import os
 from etils import epath
 
 from jformer.data.checks import check_vocab
-from jformer.data.sources import load_split, pair_texts
+from jformer.data.sources import load_split, training_texts
 from jformer.data.tokenizer import Tokenizer, get_tokenizer
 
 
@@ -30,10 +30,12 @@ def vocab_path(config, workdir: epath.PathLike) -> epath.Path:
 
 def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer:
   """The run's SentencePiece model: `data.vocab_path` (which must exist), or trained once into `<workdir>/vocab/`
-  and reused."""
+  on the training split (`sources.training_texts`: both sides of the pairs, or the documents' lines) and reused.
+  A language model's vocabulary is lossless (`train_tokenizer`), so that its bits per byte count every byte."""
   if config.data.vocab_path:
     check_vocab(config.data.vocab_path, config.model.vocab_size)
   return get_tokenizer(
       vocab_path(config, workdir),
-      lambda: pair_texts(load_split(config.data.dataset, "train", **source_args(config, workdir))),
-      vocab_size=config.model.vocab_size, max_sentences=config.data.spm_max_sentences)
+      lambda: training_texts(load_split(config.data.dataset, "train", **source_args(config, workdir))),
+      vocab_size=config.model.vocab_size, max_sentences=config.data.spm_max_sentences,
+      lossless=config.model.architecture == "lm")

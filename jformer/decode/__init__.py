@@ -12,9 +12,13 @@ and hold 0 after EOS.
          eos_id=1, max_lengths=None) -> [B, L]
   flat_batch_beam_expand(x, beam_size): [B, ...] -> [B * beam, ...], to expand what the model closes over
 
+Every decoder takes `start_ids` (int `[B]`, default BOS): the token each row's first step feeds. A language model
+continuing a prompt feeds the prompt's last token, the rest of the prompt being already in the cache (prefill,
+`jformer.decode.generator`); `jformer.decode.search.search` picks a decoder by name (`config.decode.method`).
+
 `jformer.decode.distributed.RowParallel` splits a batch's rows across every device of every process (the
-`Translator` in `jformer.decode.translator` decodes that way); sampling with one key per row keeps each row's
-sample independent of that split.
+`Translator` in `jformer.decode.translator` and the `Generator` in `jformer.decode.generator` decode that way);
+sampling with one key per row keeps each row's sample independent of that split.
 """
 
 from jformer.decode.beam_search import beam_search, length_penalty

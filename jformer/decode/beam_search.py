@@ -17,8 +17,8 @@ import jax
 import jax.numpy as jnp
 
 from jformer.decode.common import (NEG_INF, PyTree, TokensToLogits, expand_cache, gather_cache_rows, model_step,
-                                   row_limits)
-from jformer.ops.tokens import BOS_ID, EOS_ID
+                                   row_limits, start_tokens)
+from jformer.ops.tokens import EOS_ID
 
 
 def length_penalty(length: jax.Array | int, alpha: float) -> jax.Array:
@@ -28,7 +28,7 @@ def length_penalty(length: jax.Array | int, alpha: float) -> jax.Array:
 
 class _BeamState(NamedTuple):
   step: jax.Array  # int32 scalar: tokens generated so far by every alive beam
-  alive_seqs: jax.Array  # int32 [B, K, L + 1]; position 0 holds BOS
+  alive_seqs: jax.Array  # int32 [B, K, L + 1]; position 0 holds the start token (BOS)
   alive_log_probs: jax.Array  # float32 [B, K], sorted descending; <= NEG_INF / 2 means no beam
   finished_seqs: jax.Array  # int32 [B, K, L + 1]
   finished_scores: jax.Array  # float32 [B, K], sorted descending; NEG_INF for empty slots
@@ -51,6 +51,7 @@ def beam_search(
     max_decode_len: int,
     eos_id: int = EOS_ID,
     max_lengths: jax.Array | None = None,
+    start_ids: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
   """Beam search; jit-able, with static `batch_size`, `beam_size` and `max_decode_len`.
 
@@ -66,6 +67,8 @@ def beam_search(
     max_lengths: optional int `[B]`: hypotheses of element b end in EOS at the latest as their `max_lengths[b]`-th
       token (EOS keeps its own log-probability there; every other token is excluded). Without it, hypotheses are
       cut at L.
+    start_ids: optional int `[B]`: the token the beams of element b start from (default `BOS_ID`; see
+      `greedy_search`).
 
   Returns:
     `(sequences, scores)`: int32 `[B, K, L]` without the leading BOS, each ending in EOS then 0s, and float32
@@ -120,7 +123,7 @@ def beam_search(
 
   init = _BeamState(
       step=jnp.int32(0),
-      alive_seqs=jnp.full((B, K, L + 1), BOS_ID, jnp.int32),
+      alive_seqs=jnp.zeros((B, K, L + 1), jnp.int32).at[:, :, 0].set(start_tokens(start_ids, B)[:, None]),
       # Only beam 0 is live at first, so the K beams do not start as K copies of the same hypothesis.
       alive_log_probs=jnp.tile(jnp.array([0.0] + [NEG_INF] * (K - 1), jnp.float32), (B, 1)),
       finished_seqs=jnp.zeros((B, K, L + 1), jnp.int32),

@@ -2,7 +2,8 @@
 and the one-token-per-row loop behind greedy search and sampling.
 
 Model-call convention (`TokensToLogits`): `tokens_to_logits(ids, cache) -> (logits, new_cache)` where `ids` is
-int32 `[N, 1]` (the previous token of each of N flat rows; the first step gets `BOS_ID`), `logits` is `[N, vocab]`
+int32 `[N, 1]` (the previous token of each of N flat rows; the first step gets the row's start token: `BOS_ID`, or
+for a language model continuing a prompt, the prompt's last token), `logits` is `[N, vocab]`
 for the next token, and `cache` is any pytree whose leaves with ndim >= 1 are row-wise (leading dimension N) while
 scalar leaves (e.g. a shared cache index) belong to all rows and are never tiled or gathered.
 """
@@ -54,6 +55,16 @@ def row_limits(max_lengths: jax.Array | None, batch_size: int, max_decode_len: i
   return jnp.maximum(limits, 1)
 
 
+def start_tokens(start_ids: jax.Array | None, batch_size: int) -> jax.Array:
+  """int32 `[B]`: the token each row's first step feeds, `start_ids` or `BOS_ID` (None)."""
+  if start_ids is None:
+    return jnp.full((batch_size,), BOS_ID, jnp.int32)
+  start = jnp.asarray(start_ids, jnp.int32)
+  if start.shape != (batch_size,):
+    raise ValueError(f"start_ids must have shape ({batch_size},), got {start.shape}")
+  return start
+
+
 def model_step(tokens_to_logits: TokensToLogits, last_ids: jax.Array, cache: PyTree) -> tuple[jax.Array, PyTree]:
   """One model call on the previous token of each of N flat rows: `last_ids [N]` -> (float32 `[N, vocab]`, cache)."""
   n = last_ids.shape[0]
@@ -72,10 +83,12 @@ def decode_loop(
     max_decode_len: int,
     eos_id: int = EOS_ID,
     max_lengths: jax.Array | None = None,
+    start_ids: jax.Array | None = None,
 ) -> jax.Array:
   """One token per row per step, chosen by `pick`, until every row emitted EOS or `max_decode_len` tokens.
 
-  EOS is forced at each row's `max_lengths` limit; a row emits `PAD_ID` after its EOS.
+  EOS is forced at each row's `max_lengths` limit; a row emits `PAD_ID` after its EOS. The first step feeds each
+  row its `start_ids` token (int `[batch_size]`, `start_tokens`; default `BOS_ID`).
 
   Returns:
     int32 `[batch_size, max_decode_len]`, without the leading BOS.
@@ -98,7 +111,7 @@ def decode_loop(
   init = (
       jnp.int32(0),
       jnp.full((batch_size, max_decode_len), PAD_ID, jnp.int32),
-      jnp.full((batch_size,), BOS_ID, jnp.int32),
+      start_tokens(start_ids, batch_size),
       jnp.zeros((batch_size,), bool),
       cache,
   )

@@ -95,6 +95,13 @@ class RowParallel:
     return multihost_utils.process_allgather(tree, tiled=True)
 
 
+def raw_key(rng) -> np.ndarray:
+  """A PRNG key (typed or raw) as its raw uint32 data, a plain array every process can hold (`replicate` it)."""
+  if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
+    rng = jax.random.key_data(rng)
+  return np.asarray(rng)
+
+
 def _global_array(x: np.ndarray, sharding: NamedSharding) -> jax.Array:
   """A jax array laid out by `sharding` from `x`, the whole value present on every process (no cross-process
   equality check, unlike `jax.device_put` of numpy to devices of several processes)."""

@@ -23,6 +23,7 @@ def greedy_search(
     max_decode_len: int,
     eos_id: int = EOS_ID,
     max_lengths: jax.Array | None = None,
+    start_ids: jax.Array | None = None,
 ) -> jax.Array:
   """Greedy decoding; stops as soon as every row emitted EOS.
 
@@ -33,10 +34,12 @@ def greedy_search(
     max_decode_len: static number of output positions.
     eos_id: end-of-sequence id.
     max_lengths: optional int `[B]`: row b emits EOS at the latest as its `max_lengths[b]`-th token.
+    start_ids: optional int `[B]`: the token row b's first step feeds (default `BOS_ID`; a language model
+      continuing a prompt feeds the prompt's last token, the rest of it being in `cache`).
 
   Returns:
     int32 `[B, max_decode_len]`, without the leading BOS, padded with 0 after EOS (rows that reach
     `max_decode_len` without EOS are cut there).
   """
   return decode_loop(tokens_to_logits, cache, argmax_picker, batch_size=batch_size,
-                     max_decode_len=max_decode_len, eos_id=eos_id, max_lengths=max_lengths)
+                     max_decode_len=max_decode_len, eos_id=eos_id, max_lengths=max_lengths, start_ids=start_ids)

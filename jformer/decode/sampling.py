@@ -64,6 +64,7 @@ def sample(
     top_p: float = 1.0,
     eos_id: int = EOS_ID,
     max_lengths: jax.Array | None = None,
+    start_ids: jax.Array | None = None,
 ) -> jax.Array:
   """Sample each next token from softmax(filter_logits(logits / temperature)), until every row emitted EOS.
 
@@ -72,7 +73,7 @@ def sample(
   how rows are batched or split across devices).
 
   Args:
-    tokens_to_logits, cache, batch_size, max_decode_len, eos_id, max_lengths: as in `greedy_search`.
+    tokens_to_logits, cache, batch_size, max_decode_len, eos_id, max_lengths, start_ids: as in `greedy_search`.
     rng: a PRNG key, or one per row (`[B]` typed keys or `[B, 2]` raw `PRNGKey`s).
     temperature: static float >= 0; 0 is greedy search.
     top_k: static int; 0 is off.
@@ -86,7 +87,7 @@ def sample(
   _check_filter_args(top_k, top_p)
   if temperature == 0:
     return greedy_search(tokens_to_logits, cache, batch_size=batch_size, max_decode_len=max_decode_len,
-                         eos_id=eos_id, max_lengths=max_lengths)
+                         eos_id=eos_id, max_lengths=max_lengths, start_ids=start_ids)
 
   if rng is None:
     raise ValueError("sampling needs a PRNG key: pass rng (one key, or one per row)")
@@ -99,4 +100,4 @@ def sample(
     return jax.random.categorical(jax.random.fold_in(rng, step), logits, axis=-1)
 
   return decode_loop(tokens_to_logits, cache, pick, batch_size=batch_size, max_decode_len=max_decode_len,
-                     eos_id=eos_id, max_lengths=max_lengths)
+                     eos_id=eos_id, max_lengths=max_lengths, start_ids=start_ids)

@@ -17,15 +17,11 @@ from absl import logging
 from flax import traverse_util
 
 from jformer import text
-from jformer.decode.beam_search import beam_search
 from jformer.decode.common import flat_batch_beam_expand
-from jformer.decode.distributed import RowParallel
-from jformer.decode.greedy import greedy_search
-from jformer.decode.sampling import sample
+from jformer.decode.distributed import RowParallel, raw_key
+from jformer.decode.search import search
 from jformer.models.layers import CROSS_KEY, CROSS_VALUE
 from jformer.ops.tokens import PAD_ID
-
-METHODS = ("beam", "greedy", "sample")
 
 
 # Cache entries that do not change while decoding (the encoder-decoder keys/values, `MultiHeadAttention`).
@@ -81,19 +77,13 @@ def translate_ids(model, params, inputs_BxS, *, max_decode_len: int, method: str
   encoded = model.apply({"params": params}, inputs_BxS, method=model.encode)
   cache, fixed_cache = split_cache(init_cache(model, params, encoded, inputs_BxS, max_decode_len))
   max_lengths = jnp.sum(inputs_BxS != PAD_ID, axis=1) + max_extra_length
-  if method == "beam":
-    expand = functools.partial(flat_batch_beam_expand, beam_size=beam_size)
-    step = make_tokens_to_logits(model, params, expand(encoded), expand(inputs_BxS), jax.tree.map(expand, fixed_cache))
-    sequences, _ = beam_search(step, cache, batch_size=batch, beam_size=beam_size, alpha=alpha,
-                               max_decode_len=max_decode_len, max_lengths=max_lengths)
-    return sequences[:, 0]
-  step = make_tokens_to_logits(model, params, encoded, inputs_BxS, fixed_cache)
-  if method == "greedy":
-    return greedy_search(step, cache, batch_size=batch, max_decode_len=max_decode_len, max_lengths=max_lengths)
-  if method == "sample":
-    return sample(step, cache, rng, batch_size=batch, max_decode_len=max_decode_len, temperature=temperature,
-                  top_k=top_k, top_p=top_p, max_lengths=max_lengths)
-  raise ValueError(f"unknown decoding method '{method}'; known: {METHODS}")
+
+  def step_for(rows_per_sentence: int):
+    expand = functools.partial(flat_batch_beam_expand, beam_size=rows_per_sentence)
+    return make_tokens_to_logits(model, params, expand(encoded), expand(inputs_BxS), jax.tree.map(expand, fixed_cache))
+
+  return search(step_for, cache, method=method, batch_size=batch, max_decode_len=max_decode_len, beam_size=beam_size,
+                alpha=alpha, rng=rng, temperature=temperature, top_k=top_k, top_p=top_p, max_lengths=max_lengths)
 
 
 class Translator:
@@ -112,6 +102,9 @@ class Translator:
 
   def __init__(self, model, params, tokenizer, *, batch_size: int = 32, length_bucket: int = 16,
                max_extra_length: int = 50, devices: Sequence[jax.Device] | None = None, **decode_options):
+    if not model.is_encoder_decoder:
+      raise ValueError("this run is a language model (model.architecture='lm'), which continues text instead of "
+                       "translating it: use `jformer generate`.")
     self.model, self.tokenizer = model, tokenizer
     self.parallel = RowParallel(devices)
     self.params = self.parallel.replicate(params)
@@ -139,7 +132,7 @@ class Translator:
       ids = [x if len(x) <= self.max_length else x[:self.max_length - 1] + x[-1:] for x in ids]
     order = sorted((i for i, x in enumerate(ids) if x), key=lambda i: len(ids[i]))
     outputs = [""] * len(sentences)
-    shared = (self.params, None if rng is None else self.parallel.replicate(_raw_key(rng)))
+    shared = (self.params, None if rng is None else self.parallel.replicate(raw_key(rng)))
     for start in range(0, len(order), self.batch_size):
       chunk = order[start:start + self.batch_size]
       length = min(self.max_length, -(-max(len(ids[i]) for i in chunk) // self.length_bucket) * self.length_bucket)
@@ -159,8 +152,9 @@ class Translator:
     return self.tokenizer.encode(sentence) if sentence.strip() else []
 
 
-def source_lines(data: bytes, name: str) -> list[str]:
-  """The lines of `data` (UTF-8, "\\n"-separated; a final newline ends the last line, "\\r\\n" allowed).
+def source_lines(data: bytes, name: str, unit: str = "sentence") -> list[str]:
+  """The lines of `data` (UTF-8, "\\n"-separated; a final newline ends the last line, "\\r\\n" allowed): source
+  sentences, or (`unit="prompt"`) the prompts of `jformer generate`.
 
   Raises:
     ValueError: `data` holds no line, or a line that is not UTF-8 text (binary input); `name` (e.g. "stdin") and
@@ -170,15 +164,8 @@ def source_lines(data: bytes, name: str) -> list[str]:
   if lines[-1] == b"":
     lines.pop()
   if not lines:
-    raise ValueError(f"no source lines in {name}; give one sentence per line.")
-  return list(text.utf8_lines(lines, name, fix="give source sentences as UTF-8 text, one per line."))
-
-
-def _raw_key(rng) -> np.ndarray:
-  """A PRNG key (typed or raw) as its raw uint32 data, a plain array every process can hold."""
-  if jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key):
-    rng = jax.random.key_data(rng)
-  return np.asarray(rng)
+    raise ValueError(f"no source lines in {name}; give one {unit} per line.")
+  return list(text.utf8_lines(lines, name, fix=f"give source {unit}s as UTF-8 text, one per line."))
 
 
 def make_translator(config, model, params, tokenizer) -> Translator:

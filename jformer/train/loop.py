@@ -1,4 +1,7 @@
-"""`train_and_evaluate(config, workdir)`: init -> restore -> steps -> eval -> BLEU -> checkpoint.
+"""`train_and_evaluate(config, workdir)`: init -> restore -> steps -> eval -> test -> checkpoint.
+
+What is evaluated and tested comes from the run's task (`jformer.train.tasks`: BLEU for translation, bits per byte
+for a language model).
 
 Workdir layout: config.json (the resolved config), vocab/ (SentencePiece), tfds/ (prepared data),
 checkpoints/ (Orbax: state + data iterator), tensorboard/, results.json, averaged/ (averaged parameters).
@@ -13,8 +16,6 @@ The step loop never waits for the device: the step's metrics are summed on devic
 from __future__ import annotations
 
 import json
-import math
-import time
 
 import jax
 import jax.numpy as jnp
@@ -23,20 +24,13 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from jformer import checkpoint, data, models, parallel, paths
+from jformer import checkpoint, data, models, paths
 from jformer import config as config_lib
-from jformer.decode.translator import make_translator
-from jformer.train import bleu, optim, workdir_lock
+from jformer.train import optim, tasks, workdir_lock
 from jformer.train.preemption import Preempted, Preemption
-from jformer.train.progress import Progress, format_duration, write_json
+from jformer.train.progress import Progress, format_duration, say, write_json
 from jformer.train.runner import make_runner
 from jformer.train.step import FINITE_CHECKS
-
-
-def say(message: str):
-  """Prints on process 0 only."""
-  if parallel.is_chief():
-    print(message, flush=True)
 
 
 class NonFiniteUpdateError(FloatingPointError):
@@ -75,13 +69,6 @@ def check_update(totals: dict, first_step: int, last_step: int, allowed: int, ch
   return skipped
 
 
-def per_host(total: int, what: str) -> int:
-  hosts = jax.process_count()
-  if total % hosts:
-    raise ValueError(f"{what}={total} is not divisible by the {hosts} hosts")
-  return total // hosts
-
-
 def check_resume(config, workdir: epath.PathLike) -> None:
   """On a workdir that holds a run (its config.json): refuses a change of the keys that define the run
   (`config.RUN_KEYS`: model shape, vocabulary, data), naming them, and warns naming the other keys that changed.
@@ -99,39 +86,6 @@ def check_resume(config, workdir: epath.PathLike) -> None:
 def write_config(config, workdir: epath.PathLike) -> None:
   """Writes the resolved config to `<workdir>/config.json` (after `check_resume`)."""
   write_json(epath.Path(workdir) / "config.json", json.loads(config.to_json_best_effort()))
-
-
-def evaluate(eval_step, params, batches) -> dict:
-  """Token-level NLL, accuracy and perplexity over finite `batches` (no label smoothing)."""
-  totals = {"nll_sum": 0.0, "correct": 0.0, "tokens": 0.0}
-  for batch in batches:
-    sums = eval_step(params, batch)
-    for key in totals:
-      totals[key] += float(sums[key])
-  tokens = max(totals["tokens"], 1.0)
-  loss = totals["nll_sum"] / tokens
-  return {"loss": loss, "accuracy": totals["correct"] / tokens, "perplexity": math.exp(min(loss, 50.0))}
-
-
-def test_bleu(config, model, params, tokenizer, datasets) -> dict:
-  """Decodes the test split (or its first `train.bleu_examples`) and scores it with sacreBLEU.
-
-  Every device of every host decodes its share of each batch (`jformer.decode.distributed`) and every host gets
-  all translations back; so every host must hold the same test split.
-  """
-  sources, references = datasets.raw_split("test")
-  if config.train.bleu_examples >= 0:
-    sources, references = sources[:config.train.bleu_examples], references[:config.train.bleu_examples]
-  start = time.perf_counter()
-  hypotheses = make_translator(config, model, params, tokenizer)(sources, rng=jax.random.PRNGKey(config.train.seed))
-  score, signature = bleu.corpus_bleu(hypotheses, references)
-  seconds = time.perf_counter() - start
-  say(f"BLEU {score:.2f} on {len(sources)} test sentences ({config.decode.method} on {jax.device_count()} devices, "
-      f"{seconds:.0f}s) | {signature}")
-  for source, hypothesis, reference in list(zip(sources, hypotheses, references))[:3]:
-    say(f"  src: {source}\n  hyp: {hypothesis}\n  ref: {reference}")
-  return {"bleu": score, "sacrebleu_signature": signature, "bleu_examples": len(sources),
-          "decode_seconds": seconds}
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLike) -> dict:
@@ -159,11 +113,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
   if tokenizer.vocab_size != config.model.vocab_size:
     raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but model.vocab_size={config.model.vocab_size}")
   preemption.check("during the data preparation")
-  datasets = data.make_datasets(
-      dataset=config.data.dataset, tokenizer=tokenizer, batch_size=per_host(config.data.batch_size, "batch_size"),
-      max_length=config.data.max_length, packing=config.data.packing, long_examples=config.data.long_examples,
-      seed=config.data.seed, eval_batch_size=per_host(config.data.eval_batch_size, "eval_batch_size"),
-      **data.source_args(config, workdir))
+  task = tasks.make_task(config, workdir, tokenizer)  # builds this host's datasets.
+  datasets = task.datasets
   say(datasets.describe(config.data.max_length))
   preemption.check("while reading the data")
 
@@ -191,7 +142,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
     preemption.start(start_step, checkpointer)
     for step in range(start_step + 1, config.train.steps + 1):
       batch = next(datasets.train)
-      input_tokens = float(np.count_nonzero(batch["inputs"]) + np.count_nonzero(batch["targets"]))
+      input_tokens = float(sum(np.count_nonzero(batch[key]) for key in ("inputs", "targets") if key in batch))
       if step == start_step + 1:  # compiles the step (its first call reuses it) and reads its temporary memory.
         temp_bytes = runner.step_temp_bytes(state, batch)
         if temp_bytes is not None:
@@ -204,9 +155,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
       last = step == config.train.steps
       log = step % config.train.log_every == 0 or last
       evaluate_now = not preempted and (step % config.train.eval_every == 0 or last)
-      bleu_now = not preempted and config.train.bleu_every and step % config.train.bleu_every == 0 and not last
+      test_now = not preempted and task.test_every and step % task.test_every == 0 and not last
       save = preempted or last or checkpointer.should_save(step)
-      if log or evaluate_now or bleu_now or save:  # the step loop's one host round trip.
+      if log or evaluate_now or test_now or save:  # the step loop's one host round trip.
         read = runner.read_totals(totals)
         results["skipped_updates"] = check_update(read, unread, step, config.train.skip_nonfinite_updates,
                                                   checkpointer)
@@ -217,16 +168,13 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
         results.update(step=step, train_loss=averages["loss"], tokens_per_second=averages["tokens_per_second"])
       if evaluate_now:
         with progress.paused():
-          results.update({f"eval_{k}": v for k, v in
-                          evaluate(runner.eval_step, state.params, datasets.eval_batches("valid")).items()})
-        say(f"eval step {step}: loss {results['eval_loss']:.4f} | accuracy {results['eval_accuracy']:.3f} | "
-            f"perplexity {results['eval_perplexity']:.2f}")
-        progress.scalars(step, {k[5:]: results[k] for k in ("eval_loss", "eval_accuracy", "eval_perplexity")},
-                         prefix="eval/")
-      if bleu_now:
+          metrics = task.evaluate(runner.eval_step, state.params, "valid")
+        results.update({f"eval_{k}": v for k, v in metrics.items()})
+        say(f"eval step {step}: {task.eval_line(metrics)}")
+        progress.scalars(step, metrics, prefix="eval/")
+      if test_now:
         with progress.paused():
-          progress.scalars(step, test_bleu(config, model, runner.host_params(state), tokenizer, datasets),
-                           prefix="test/")
+          progress.scalars(step, task.test(model, runner.host_params(state)), prefix="test/")
       if save:
         with progress.paused():
           checkpointer.save(step, runner.checkpoint_view(state), datasets.train, force=preempted or last)
@@ -236,19 +184,19 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
         results["preempted"] = True
         return results
     checkpointer.wait()
-    preemption.check("before the test-set BLEU")
+    preemption.check("before the final test")
     results["step"] = step
     params = runner.host_params(state)
     if config.train.average_checkpoints > 1:
       params, steps = checkpoint.average_params(checkpointer.directory, last=config.train.average_checkpoints)
       checkpoint.save_params(checkpoint.averaged_dir(workdir), params, overwrite=True)
       results["averaged_steps"] = [int(s) for s in steps]
-    results.update(test_bleu(config, model, params, tokenizer, datasets))
+    results.update(task.final_results(model, params, runner.eval_step))
     results["train_seconds"] = progress.train_seconds + 0.0
     results["tokens_per_second"] = progress.train_tokens / max(progress.train_seconds, 1e-9)
-    progress.scalars(results["step"], {"bleu": results["bleu"]}, prefix="test/")
+    progress.scalars(results["step"], task.final_scalars(results), prefix="test/")
     write_json(workdir / "results.json", results)
-    say(f"done: step {results['step']}, BLEU {results['bleu']:.2f}, eval loss {results.get('eval_loss', 0):.4f}, "
+    say(f"done: step {results['step']}, {task.summary(results)}, eval loss {results.get('eval_loss', 0):.4f}, "
         f"{results['tokens_per_second']:,.0f} tokens/s over {format_duration(results['train_seconds'])} of "
         f"training; results in {workdir / 'results.json'}")
     return results

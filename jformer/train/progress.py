@@ -15,9 +15,15 @@ import time
 import jax
 from etils import epath
 
-from jformer import paths
+from jformer import parallel, paths
 
 from jformer.train import step as step_lib
+
+
+def say(message: str):
+  """Prints on process 0 only."""
+  if parallel.is_chief():
+    print(message, flush=True)
 
 
 def format_duration(seconds: float) -> str:
