@@ -160,18 +160,19 @@ PEAK_FLOPS = 2 * PEAK_SIZE**3
 
 def peak_matmul(size: int = PEAK_SIZE, dtype: str = "float32") -> Callable[[], object]:
   """The peak probe: a compiled `dtype` size x size @ size x size matmul (2 size^3 FLOPs; PEAK_FLOPS by default),
-  as a no-argument call."""
+  accumulated and returned in float32 (bfloat16: the fast path of `jformer.ops.matmul`), as a no-argument call."""
   import jax
+  import jax.numpy as jnp
 
-  a = jax.random.normal(jax.random.PRNGKey(0), (size, size), dtype)
-  b = jax.random.normal(jax.random.PRNGKey(1), (size, size), dtype)
-  matmul = jax.jit(jax.numpy.matmul).lower(a, b).compile()
+  a = jax.random.normal(jax.random.PRNGKey(0), (size, size)).astype(dtype)
+  b = jax.random.normal(jax.random.PRNGKey(1), (size, size)).astype(dtype)
+  matmul = jax.jit(lambda a, b: jnp.matmul(a, b, preferred_element_type=jnp.float32)).lower(a, b).compile()
   return lambda: matmul(a, b)
 
 
-def matmul_peak(reps: int = 10) -> tuple[float, Timing]:
-  """(median FLOP/s, timing) of the peak probe."""
-  timing = time_repeated(peak_matmul(), reps, warmup=2)
+def matmul_peak(reps: int = 10, dtype: str = "float32") -> tuple[float, Timing]:
+  """(median FLOP/s, timing) of the `dtype` peak probe."""
+  timing = time_repeated(peak_matmul(dtype=dtype), reps, warmup=2)
   return PEAK_FLOPS / timing.median, timing
 
 
@@ -209,15 +210,15 @@ def machine() -> dict:
   import jax
   import jaxlib
 
-  model, flags = platform.processor(), []
+  from jformer import runtime
+
+  model = platform.processor()
   try:
     with open("/proc/cpuinfo") as f:
-      lines = f.readlines()
-    model = next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
-    flags = sorted(flag for flag in next(line.split(":", 1)[1].split() for line in lines if line.startswith("flags"))
-                   if flag.startswith(SIMD_FLAGS))
+      model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
   except (OSError, StopIteration):
     pass
+  flags = sorted(flag for flag in runtime.cpu_flags() if flag.startswith(SIMD_FLAGS))
   return {"cpu": model, "cpu_flags": " ".join(flags),
           "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
           "backend": jax.default_backend(), "device": jax.devices()[0].device_kind, "jax": jax.__version__,
@@ -266,6 +267,21 @@ def write_json(path: str, payload: dict) -> None:
 def add_common_arguments(parser, default_json: str) -> None:
   parser.add_argument("--reps", type=int, default=MIN_REPS, help=f"timed repetitions (median reported), >= {MIN_REPS}")
   parser.add_argument("--json", default=default_json, help="write the results here ('' = do not)")
+
+
+DTYPES = ("float32", "bfloat16")
+
+
+def add_dtypes_argument(parser) -> None:
+  """`--dtypes`: the model compute dtypes (`model.dtype`) to measure, side by side in one run."""
+  parser.add_argument("--dtypes", default="float32,bfloat16", help=f"comma-separated, from {DTYPES}")
+
+
+def dtypes(parser, args) -> list[str]:
+  chosen = args.dtypes.split(",")
+  if not set(chosen) <= set(DTYPES):
+    parser.error(f"unknown dtype(s) {sorted(set(chosen) - set(DTYPES))}; known: {DTYPES}")
+  return chosen
 
 
 def check_reps(parser, args) -> None:

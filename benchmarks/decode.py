@@ -5,7 +5,9 @@ unreachable (its logit is -1e9 at every step, so every row and beam runs all 63 
 as the 63rd token). One jitted function per method (encoder + cache + search loop); output tokens = batch x 63.
 Uses jformer's own decoders (`jformer/decode/`), the same calls `translate_ids` makes.
 
-    python benchmarks/decode.py [--reps=5] [--json=decode.json]
+Float32 and bfloat16 (`model.dtype`; parameters float32) side by side.
+
+    python benchmarks/decode.py [--reps=5] [--dtypes=float32,bfloat16] [--json=decode.json]
 """
 
 from __future__ import annotations
@@ -79,26 +81,29 @@ def main(argv=None):
   common.setup()
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   common.add_common_arguments(parser, default_json="decode.json")
+  common.add_dtypes_argument(parser)
   args = parser.parse_args(argv)
   common.check_reps(parser, args)
+  dtypes = common.dtypes(parser, args)
 
   import jax
 
   from jformer.models import Transformer
 
   machine = common.announce()
-  model_config = common.TINY.model_config()
-  model = Transformer(model_config)
   inputs = random_inputs(common.TINY.vocab)
-  params = jax.jit(model.init)(jax.random.PRNGKey(0), inputs, inputs[:, :1])["params"]
   rows = []
-  for method in ("beam", "greedy"):
-    rows.append(measure(model, params, inputs, method, args.reps))
-    print(f"{rows[-1]['method']}: {rows[-1]['tokens_per_s']} tokens/s, disturbed reps "
-          f"{rows[-1]['decode_ms']['disturbed']}", flush=True)
+  for dtype in dtypes:
+    model = Transformer(common.TINY.model_config(dtype=jax.numpy.dtype(dtype)))
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), inputs, inputs[:, :1])["params"]
+    for method in ("beam", "greedy"):
+      rows.append({"dtype": dtype, **measure(model, params, inputs, method, args.reps)})
+      print(f"{dtype} {rows[-1]['method']}: {rows[-1]['tokens_per_s']} tokens/s, disturbed reps "
+            f"{rows[-1]['decode_ms']['disturbed']}", flush=True)
   print(common.markdown_table(
-      ["method", "ms per call median (min-max)", "output tokens", "tokens/s", "ms per step", "disturbed reps"],
-      [[r["method"], f"{r['decode_ms']['median']} ({r['decode_ms']['min']}-{r['decode_ms']['max']})",
+      ["dtype", "method", "ms per call median (min-max)", "output tokens", "tokens/s", "ms per step",
+       "disturbed reps"],
+      [[r["dtype"], r["method"], f"{r['decode_ms']['median']} ({r['decode_ms']['min']}-{r['decode_ms']['max']})",
         r["output_tokens"], f"{r['tokens_per_s']:,}", r["ms_per_step"],
         f"{r['decode_ms']['disturbed']}/{r['decode_ms']['reps']}"] for r in rows]))
   common.write_json(args.json, {"benchmark": "decode", "machine": machine, "shape": "TINY", "batch": BATCH,

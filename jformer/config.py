@@ -60,7 +60,9 @@ def base_config() -> ml_collections.ConfigDict:
   model.remat = "auto"  # Recompute layer activations in the backward pass: auto (>= 1024 tokens), none, full.
   model.share_embeddings = True  # One embedding matrix for source and target tokens (paper Sec. 3.4).
   model.tie_output_embedding = True  # Pre-softmax projection = target embedding transposed (paper Sec. 3.4).
-  model.dtype = "float32"  # Compute dtype: 'float32' or 'bfloat16' (parameters stay float32).
+  # Compute dtype of the matmuls and activations: 'float32', 'bfloat16' (products accumulate in float32; parameters
+  # and optimizer state stay float32) or 'auto': bfloat16 on GPU/TPU and on CPUs with AVX512_BF16/AMX, else float32.
+  model.dtype = "float32"
 
   config.data = data = ml_collections.ConfigDict()
   data.dataset = "parallel_text"  # Dataset name from the registry (`jformer.data.available_datasets()`).

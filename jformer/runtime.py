@@ -91,3 +91,30 @@ def _mallopt() -> Callable[[int, int], int] | None:
     return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
   except (OSError, AttributeError):
     return None
+
+
+# /proc/cpuinfo flags of x86 CPUs that multiply bfloat16 in hardware: AVX512_BF16 (Intel Cooper Lake and later,
+# AMD Zen 4 and later) and AMX (Intel Sapphire Rapids and later). XLA:CPU's bf16 matmuls (float32 accumulation)
+# run at about twice the float32 speed there, and emulated, at or below it, elsewhere.
+NATIVE_BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_flags() -> set[str]:
+  """The CPU's feature flags from /proc/cpuinfo (the first processor's `flags` line); empty off Linux."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("flags"):
+          return set(line.split(":", 1)[1].split())
+  except OSError:
+    pass
+  return set()
+
+
+def auto_dtype(backend: str) -> str:
+  """The compute dtype `model.dtype='auto'` picks: 'bfloat16' on GPU and TPU and on CPUs that multiply bfloat16
+  natively (`NATIVE_BFLOAT16_FLAGS`), else 'float32'."""
+  if backend != "cpu":
+    return "bfloat16"
+  return "bfloat16" if cpu_flags() & set(NATIVE_BFLOAT16_FLAGS) else "float32"
+

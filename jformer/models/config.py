@@ -5,14 +5,26 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
-from jformer import attention, positional
+from jformer import attention, positional, runtime
 
 NORMS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu")
 REMAT = ("auto", "none", "full")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def resolve_dtype(dtype) -> Any:
+  """`model.dtype` as a jnp dtype: 'float32', 'bfloat16', or 'auto' (`runtime.auto_dtype` of JAX's backend)."""
+  if not isinstance(dtype, str):
+    return dtype
+  if dtype == "auto":
+    dtype = runtime.auto_dtype(jax.default_backend())
+  if dtype not in DTYPES:
+    raise ValueError(f"model.dtype='{dtype}' is not one of {sorted(DTYPES) + ['auto']}")
+  return DTYPES[dtype]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,11 +84,7 @@ class TransformerConfig:
       raise ValueError(f"unknown model field(s) {unknown}; known: {sorted(known)}")
     for options in ("attention_options", "positional_options"):
       values[options] = tuple(sorted(dict(values.get(options) or {}).items()))
-    dtype = values.get("dtype", "float32")
-    if isinstance(dtype, str):
-      if dtype not in DTYPES:
-        raise ValueError(f"model.dtype='{dtype}' is not one of {sorted(DTYPES)}")
-      values["dtype"] = DTYPES[dtype]
+    values["dtype"] = resolve_dtype(values.get("dtype", "float32"))
     config = cls(**values)
     config.validate()
     return config

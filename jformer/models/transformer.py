@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from jformer import positional
 from jformer.models import remat as remat_lib
 from jformer.models.config import TransformerConfig
-from jformer.models.layers import (AddPositions, AttentionBias, Embed, FeedForward, MultiHeadAttention, layer_norm,
+from jformer.models.layers import (AddPositions, AttentionBias, Dropout, Embed, FeedForward, MultiHeadAttention, layer_norm,
                                    residual)
 
 
@@ -47,7 +47,7 @@ class TransformerLayer(nn.Module):
   def __call__(self, x_BxLxD, encoded_BxSxD=None, *, segment_ids_BxL=None, positions_BxL=None,
                encoder_segment_ids_BxS=None, deterministic=True, decode=False):
     cfg = self.config
-    sub = dict(dropout=nn.Dropout(cfg.dropout_rate), pre_norm=cfg.norm == "pre", deterministic=deterministic)
+    sub = dict(dropout=Dropout(cfg.dropout_rate), pre_norm=cfg.norm == "pre", deterministic=deterministic)
     self_attend = MultiHeadAttention(cfg, causal=self.causal, rotary=positional.get(cfg.positional).acts == "rotary",
                                      position_bias=self.position_bias, name="self_attention")
     x_BxLxD = residual(
@@ -128,7 +128,7 @@ class Encoder(nn.Module):
     cfg = self.config
     segment_ids_BxS = segments_or_padding(inputs_BxS, segmentation_BxS)
     x_BxSxD = AddPositions(cfg, name="positions")(self.embed(inputs_BxS), positions_BxS)
-    x_BxSxD = nn.Dropout(cfg.dropout_rate)(x_BxSxD, deterministic=deterministic)
+    x_BxSxD = Dropout(cfg.dropout_rate)(x_BxSxD, deterministic=deterministic)
     position_bias = stack_position_bias(cfg, causal=False)
     remat = rematerialize(self, inputs_BxS.shape[1], deterministic)
     for i in range(cfg.num_encoder_layers):
@@ -158,7 +158,7 @@ class Decoder(nn.Module):
       y_BxT = shift_right(targets_BxT, segmentation_BxT)
       segment_ids_BxT = segments_or_padding(targets_BxT, segmentation_BxT)
     y_BxTxD = AddPositions(cfg, name="positions")(self.embed(y_BxT), positions_BxT, decode=decode)
-    y_BxTxD = nn.Dropout(cfg.dropout_rate)(y_BxTxD, deterministic=deterministic)
+    y_BxTxD = Dropout(cfg.dropout_rate)(y_BxTxD, deterministic=deterministic)
     position_bias = stack_position_bias(cfg, causal=True)
     remat = not decode and rematerialize(self, targets_BxT.shape[1], deterministic)
     for i in range(cfg.num_decoder_layers):
@@ -170,7 +170,7 @@ class Decoder(nn.Module):
     output_embed = self.embed if cfg.tie_output_embedding else Embed(cfg.vocab_size, cfg.d_model, cfg.dtype,
                                                                        name="output_embedding")
     if return_hidden:
-      return y_BxTxD, output_embed.embedding
+      return y_BxTxD.astype(cfg.dtype), output_embed.embedding
     return output_embed.attend(y_BxTxD).astype(jnp.float32)
 
 

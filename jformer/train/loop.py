@@ -124,7 +124,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
   runner = make_runner(config, model, tx, schedule, example)
   state = runner.init_state(jax.random.PRNGKey(config.train.seed))
   num_params = sum(x.size for x in jax.tree.leaves(runner.checkpoint_view(state).params))
-  say(f"model: {num_params / 1e6:.2f}M parameters; {runner.describe(state)}")
+  say(f"model: {num_params / 1e6:.2f}M parameters, {jnp.dtype(model.config.dtype).name} compute "
+      f"(model.dtype={config.model.dtype}); {runner.describe(state)}")
 
   checkpointer = checkpoint.Checkpointer(checkpoint.checkpoints_dir(workdir),
                                          max_to_keep=config.train.keep_checkpoints,
