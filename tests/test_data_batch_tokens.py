@@ -1,5 +1,6 @@
 """Token-budget batching (data.batch_tokens): the budget, the bucket shapes, every example once per epoch, little
-padding, exact resume, equal shapes on two hosts, config errors, the bundled corpus near the budget, `jformer train`."""
+padding, exact resume, equal shapes on two hosts, config errors, the bundled corpus near the budget, `jformer train` (one process
+and two)."""
 
 from __future__ import annotations
 
@@ -210,3 +211,15 @@ def test_jformer_train_with_a_token_budget_resumes_exactly(tiny_corpus, tmp_path
   results = [json.loads((run / "results.json").read_text()) for run in (straight, resumed)]
   assert results[0]["step"] == results[1]["step"] == 6 and os.path.exists(straight / "checkpoints")
   assert results[0]["train_loss"] == pytest.approx(results[1]["train_loss"], abs=1e-6)
+
+
+@pytest.mark.slow  # two processes of one job on 2 shared cores.
+def test_two_processes_agree_on_the_bucket_schedule_and_train(tiny_corpus, tmp_path):
+  from test_multiprocess_input import _finish, _train
+
+  results = _finish(_train(tmp_path / "run", tiny_corpus, tmp_path, 2,
+                           **{"train.steps": 4, "data.batch_tokens": 256, "data.packing": False}))
+  for index, (code, out, err) in enumerate(results):
+    assert code == 0, f"process {index} failed:\n{out}\n{err[-3000:]}"
+  # 2 devices: rows are multiples of 2 and each host builds half of them; 256 // 32 = 8 rows of 32 -> 4 per host.
+  assert "real tokens per step on this host: " in results[0][1] and "shapes [16, 8] ... [4, 32])" in results[0][1]
