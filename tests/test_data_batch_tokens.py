@@ -1,6 +1,6 @@
 """Token-budget batching (data.batch_tokens): the budget, the bucket shapes, every example once per epoch, little
-padding, exact resume, equal shapes on two hosts, config errors, the bundled corpus near the budget, `jformer train` (one process
-and two)."""
+padding, exact resume, equal shapes on two hosts, config errors, the bundled corpus near the budget, and
+`jformer train` (one process and two)."""
 
 from __future__ import annotations
 
