@@ -1,4 +1,8 @@
-"""The paper's big run on WMT 2014 English->German: 300k steps, P_drop 0.3, average of the last 20 checkpoints."""
+"""The paper's big run on WMT 2014 English->German: 300k steps, P_drop 0.3, average of the last 20 checkpoints.
+
+Batches as the base run (`wmt14_ende_base.py`, Sec. 5.1): data.batch_tokens=25,000 source and 25,000 target tokens
+per step at most, unpacked rows bucketed by length.
+"""
 
 import pathlib
 

@@ -27,7 +27,7 @@ OPEN_GROUPS = ("model.attention_options", "model.positional_options")
 # (`check_same_run`); every other key (steps, intervals, optimizer, eval, decode, parallel, logging) may change.
 RUN_KEYS = ("model.", "data.dataset", "data.path", "data.source_lang", "data.target_lang", "data.vocab_path",
             "data.spm_max_sentences", "data.max_length", "data.long_examples", "data.packing", "data.batch_size",
-            "data.seed", "data.pack")
+            "data.seed", "data.pack", "data.batch_tokens")
 # Keys under RUN_KEYS that change neither the parameters nor the data: they may change on resume.
 RUN_KEYS_EXCEPT = ("model.dropout_rate", "model.attention_dropout_rate", "model.remat", "model.dtype")
 
@@ -80,6 +80,9 @@ def base_config() -> ml_collections.ConfigDict:
   # attention across documents; "stream" = all documents + EOS concatenated and cut into contiguous rows.
   data.pack = "documents"
   data.batch_size = 64  # Rows per training step, summed over all devices and hosts.
+  # > 0: training steps of up to this many real source and target tokens each (all devices and hosts), rows of
+  # similar lengths bucketed into a few shapes (jformer.data.buckets; needs data.packing=False); 0 = batch_size.
+  data.batch_tokens = 0
   data.eval_batch_size = 64  # Rows per eval batch, summed over all devices and hosts.
   data.seed = 0  # Shuffle seed (the data order is part of the checkpoint).
 
@@ -280,7 +283,7 @@ def set_value(config: ml_collections.ConfigDict, dotted_key: str, value: Any) ->
 AT_LEAST = {"train.steps": 1, "train.grad_accumulation_steps": 1, "train.log_every": 1, "train.eval_every": 1,
             "train.checkpoint_every": 1, "train.keep_checkpoints": 1, "train.bleu_every": 0,
             "train.skip_nonfinite_updates": 0, "train.average_checkpoints": 0, "data.batch_size": 1,
-            "data.eval_batch_size": 1, "decode.batch_size": 1, "decode.beam_size": 1}
+            "data.batch_tokens": 0, "data.eval_batch_size": 1, "decode.batch_size": 1, "decode.beam_size": 1}
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -296,6 +299,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
     problems.append(f"data.long_examples='{config.data.long_examples}' is not 'drop' or 'truncate'")
   if config.data.pack not in ("documents", "stream"):
     problems.append(f"data.pack='{config.data.pack}' is not 'documents' or 'stream'")
+  if config.data.batch_tokens and config.data.packing:
+    problems.append(f"data.batch_tokens={config.data.batch_tokens} and data.packing=True both decide how training "
+                    "rows are filled; set data.packing=False to batch by token budget, or data.batch_tokens=0 to pack")
+  if config.data.batch_tokens and config.model.architecture == "lm":
+    problems.append(f"data.batch_tokens={config.data.batch_tokens} is for translation pairs; language-model rows "
+                    "are always full (data.batch_size x data.max_length tokens), so set data.batch_tokens=0")
   if config.data.max_length > config.model.max_length:
     problems.append(f"data.max_length={config.data.max_length} exceeds model.max_length={config.model.max_length}")
   bad_lengths = [length for length in config.train.eval_lengths

@@ -11,6 +11,7 @@ import itertools
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
+from jax.experimental import multihost_utils
 from conftest import REPO
 
 from jformer import config as config_lib
@@ -406,7 +407,7 @@ def test_hosts_shard_before_tokenizing_and_get_the_same_number_of_eval_batches(c
             for i in range(2)]
   assert counts[0] != counts[1]
   monkeypatch.setattr(lm_pipeline.jax, "process_count", lambda: 2)
-  monkeypatch.setattr(lm_pipeline.multihost_utils, "process_allgather", lambda count: np.array(counts))
+  monkeypatch.setattr(multihost_utils, "process_allgather", lambda count: np.array(counts))
   batches = [list(h.eval_batches("valid", max_length=8)) for h in hosts]
   assert len(batches[0]) == len(batches[1]) == -(-max(counts) // 2)
   tokens = sum(int((b["targets_segmentation"] != 0).sum()) for host in batches for b in host)

@@ -215,9 +215,15 @@ def test_each_host_reads_tokenizes_and_trains_on_its_own_shard(tmp_path, packing
     valid = list(data.eval_batches("valid"))
     assert sorted(int(t.split()[0]) for t in tok.texts) == sorted(list(range(index, 23, 2)) * 2)
     assert len(valid) == 3 and _segments(valid) == list(range(index, 23, 2))  # ceil(12 / 4) batches on each.
+    first = list(train_dataset(data.train_pairs, batch_size=4, max_length=MAX_LENGTH, packing=packing,
+                               num_epochs=1))[:8]
+    tokens = {f: np.mean([(b[f] != 0).sum() for b in first]) for f in pipeline.FEATURES}
+    assert data.tokens_per_step == tokens and tokens["inputs"] > 4
     assert data.describe(MAX_LENGTH) == (f"data: {len(mine)} training pairs ({data.train_pairs.num_tokens()} "
                                          f"tokens), 0 dropped as longer than {MAX_LENGTH} tokens, host {index} of 2 "
-                                         "(101 pairs in the split)")
+                                         f"(101 pairs in the split); real tokens per step on this host: "
+                                         f"{tokens['inputs']:,.0f} source, {tokens['targets']:,.0f} target "
+                                         f"(batches [4, {MAX_LENGTH}])")
     hosts.append(set(trained))
   assert not hosts[0] & hosts[1]
   with pytest.raises(ValueError, match=r"shard_index=2 is not in \[0, shard_count=2\)"):

@@ -10,6 +10,10 @@ and `make_datasets` reads and tokenizes only this host's shard):
     batch = next(data.train)            # dict of int32 [64, 64]: see `pipeline` for the six keys
     state = data.train.get_state()      # resume with data.train.set_state(state)
 
+Token-budget batching (fairseq's --max-tokens; `buckets`): `make_datasets(..., packing=False, batch_tokens=4096,
+row_multiple=jax.device_count())` gives training batches of at most 4096 source and 4096 target tokens per step, in
+one of a few `[rows, length]` shapes (`data.batch_shapes`); `data.tokens_per_step` is their mean real tokens.
+
 A training run reads the same from its config: `prepare(config, workdir)` (the tokenizer), `source_args(config,
 workdir)`.
 

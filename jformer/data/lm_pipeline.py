@@ -35,10 +35,10 @@ from typing import Callable, Iterable
 import grain
 import jax
 import numpy as np
-from jax.experimental import multihost_utils
 
 from jformer.data import sources
 from jformer.data.documents import DocumentSource
+from jformer.data.hosts import largest_over_hosts
 from jformer.data.pipeline import batch_keys, batched, eval_dataset, pack_and_batch, ragged
 from jformer.data.tokenizer import Tokenizer
 
@@ -190,18 +190,6 @@ def lm_eval_dataset(documents: TokenizedDocuments, *, batch_size: int, max_lengt
                       min_examples=min_rows, features=LM_FEATURES)
 
 
-def largest_over_hosts(count: int, shard_count: int) -> int:
-  """The largest of the `shard_count` hosts' `count`s (every host calls this at the same point): `count` with one
-  host, gathered from every process (`multihost_utils.process_allgather`) when each host is a process."""
-  if shard_count == 1:
-    return count
-  if jax.process_count() != shard_count:
-    raise ValueError(f"eval batches of shard_count={shard_count} hosts need one process per host (there are "
-                     f"{jax.process_count()}): each host's number of eval rows is gathered so that all hosts run the "
-                     "same number of eval batches.")
-  return int(np.max(multihost_utils.process_allgather(np.asarray(count, np.int64))))
-
-
 @dataclasses.dataclass
 class LMDatasets:
   """What `make_lm_datasets` returns.
@@ -306,7 +294,8 @@ def make_lm_datasets(*, dataset: str, tokenizer: Tokenizer, batch_size: int, max
     if split not in eval_documents:
       eval_documents[split] = tokenize(split)
     if (split, length) not in eval_rows:
-      eval_rows[split, length] = largest_over_hosts(len(eval_documents[split].pieces(length)), shard_count)
+      eval_rows[split, length] = int(largest_over_hosts(len(eval_documents[split].pieces(length)), shard_count,
+                                                        "eval batches"))
     return lm_eval_dataset(eval_documents[split], batch_size=eval_batch_size or batch_size, max_length=length,
                            min_rows=eval_rows[split, length])
 

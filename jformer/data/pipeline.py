@@ -1,4 +1,4 @@
-"""grain input pipelines: tokenized pairs -> shuffled, packed or padded, per-host batches.
+"""grain input pipelines: tokenized pairs -> shuffled, packed, padded or token-budget (bucketed), per-host batches.
 
 A batch is a dict of int32 numpy arrays, each `[batch, max_length]` (language-modelling batches, `lm_pipeline`,
 have the "targets" keys only: `batch_keys(("targets",))`):
@@ -11,6 +11,9 @@ Each host (`shard_index` of `shard_count`) reads and tokenizes only its disjoint
 and keeps it in memory as ragged int32 arrays (`TokenizedPairs`). The training iterator is a grain
 `DatasetIterator` whose batches are built ahead in a background thread: `get_state()`/`set_state()` resume it
 exactly (with the same number of hosts).
+
+Token-budget batching (`batch_tokens`, `token_budget_dataset`) replaces the fixed `[batch, max_length]` shape of
+training batches by one of a few `[rows, length]` shapes, one per length bucket (`jformer.data.buckets`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import numpy as np
 from absl import logging
 
 from jformer.data import sources
+from jformer.data.buckets import TokenBudgetPlan
+from jformer.data.hosts import largest_over_hosts
 from jformer.data.tokenizer import Tokenizer
 from jformer.ops.tokens import EOS_ID
 
@@ -158,8 +163,19 @@ def pack_and_batch(examples: grain.IterDataset, *, features: tuple[str, ...], ba
 def batched(rows: grain.IterDataset, *, batch_size: int, drop_remainder: bool, prefetch: int) -> grain.IterDataset:
   """Batches of `batch_size` rows, built `prefetch` batches ahead in a background thread (grain's
   `ThreadPrefetchIterDataset`; 0 = none)."""
-  ds = rows.batch(batch_size, drop_remainder=drop_remainder)
+  return prefetched(rows.batch(batch_size, drop_remainder=drop_remainder), prefetch)
+
+
+def prefetched(ds: grain.IterDataset, prefetch: int) -> grain.IterDataset:
+  """`ds` built `prefetch` elements ahead in a background thread (grain's `ThreadPrefetchIterDataset`; 0 = none)."""
   return grain.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=prefetch) if prefetch else ds
+
+
+def require_examples(pairs: TokenizedPairs, max_length: int) -> None:
+  """Refuses a host without training examples, saying how many were dropped."""
+  if not len(pairs):
+    raise ValueError(f"no training examples ({pairs.dropped} dropped as longer than max_length={max_length}); "
+                     "raise max_length, use long_examples='truncate' or, with several hosts, use fewer hosts.")
 
 
 def train_dataset(pairs: TokenizedPairs, *, batch_size: int, max_length: int, packing: bool = True, seed: int = 0,
@@ -180,13 +196,52 @@ def train_dataset(pairs: TokenizedPairs, *, batch_size: int, max_length: int, pa
     An IterDataset of batches (dicts of int32 `[batch_size, max_length]`, keys `BATCH_KEYS`); `iter()` of it is
     a checkpointable `grain.DatasetIterator` (with prefetch, its state is that of the last batch returned).
   """
-  if not len(pairs):
-    raise ValueError(f"no training examples ({pairs.dropped} dropped as longer than max_length={max_length}); "
-                     "raise max_length, use long_examples='truncate' or, with several hosts, use fewer hosts.")
+  require_examples(pairs, max_length)
   examples = grain.MapDataset.source(pairs).shuffle(seed).repeat(num_epochs).to_iter_dataset(
       grain.ReadOptions(num_threads=0))
   return pack_and_batch(examples, features=FEATURES, batch_size=batch_size, max_length=max_length, packing=packing,
                         seed=seed, drop_remainder=drop_remainder, prefetch=prefetch)
+
+
+def token_budget_plan(pairs: TokenizedPairs, *, batch_tokens: int, max_length: int, row_multiple: int = 1,
+                      shard_count: int = 1, seed: int = 0) -> TokenBudgetPlan:
+  """The batches of `pairs` (this host's) under a budget of `batch_tokens` per step over all hosts
+  (`buckets.TokenBudgetPlan`), with the number of batches of each bucket agreed by the hosts (`largest_over_hosts`:
+  with several hosts, every host calls this at the same point)."""
+  require_examples(pairs, max_length)
+  lengths = {f: np.diff(getattr(pairs, f"{f}_offsets")) for f in FEATURES}
+  args = dict(batch_tokens=batch_tokens, max_length=max_length, row_multiple=row_multiple, shard_count=shard_count,
+              seed=seed)
+  own = TokenBudgetPlan(lengths["inputs"], lengths["targets"], **args)
+  agreed = largest_over_hosts(own.own_batches, shard_count, "token-budget batches")
+  return TokenBudgetPlan(lengths["inputs"], lengths["targets"], batches_per_bucket=agreed, **args)
+
+
+def token_budget_dataset(pairs: TokenizedPairs, plan: TokenBudgetPlan, *, num_epochs: int | None = None,
+                         prefetch: int = 0) -> grain.IterDataset:
+  """Training batches of one host under a token budget: batch i is `plan.batch(i)`'s examples, one per row, padded
+  to the bucket length; empty rows (segmentation 0, no loss weight) complete a bucket's last batch.
+
+  Returns:
+    An IterDataset of batches (dicts of int32 `[rows, length]`, keys `BATCH_KEYS`, (rows, length) one of
+    `plan.shapes()`), `plan.batches_per_epoch` per epoch; `iter()` of it is a checkpointable
+    `grain.DatasetIterator` (its state: the batch index).
+  """
+  empty = {f: np.zeros(0, np.int32) for f in FEATURES}
+
+  def batch(index: int, _) -> dict[str, np.ndarray]:
+    examples, rows, length = plan.batch(index)
+    padded = [pad_example(pairs[i], length) for i in examples] + [pad_example(empty, length)] * (rows - len(examples))
+    return {key: np.stack([row[key] for row in padded]) for key in BATCH_KEYS}
+
+  indices = grain.MapDataset.range(plan.batches_per_epoch).repeat(num_epochs)
+  return prefetched(indices.map_with_index(batch).to_iter_dataset(grain.ReadOptions(num_threads=0)), prefetch)
+
+
+def real_tokens(batches: Iterable[dict[str, np.ndarray]]) -> dict[str, float]:
+  """Mean real (non-padding) tokens per batch of `batches`, per feature: `{"inputs": ..., "targets": ...}`."""
+  counts = [{f: int((b[f"{f}_segmentation"] != 0).sum()) for f in FEATURES} for b in batches]
+  return {f: float(np.mean([c[f] for c in counts])) for f in FEATURES}
 
 
 def eval_dataset(pairs: TokenizedPairs, *, batch_size: int, max_length: int, min_examples: int = 0,
@@ -227,6 +282,9 @@ class Datasets:
     raw_split: `raw_split(split="test")` -> (source strings, reference strings) of the whole split, for BLEU.
     shard_index, shard_count: this host and the number of hosts that share the data.
     split_sizes: pairs per split of the whole dataset (all hosts, before the length filter).
+    tokens_per_step: mean real tokens per training batch of this host, `{"inputs": ..., "targets": ...}` (over
+      the first batches of a fresh iterator, `real_tokens`).
+    batch_shapes: the (rows, length) shapes of this host's training batches.
   """
   train: grain.DatasetIterator
   train_pairs: TokenizedPairs
@@ -235,15 +293,25 @@ class Datasets:
   shard_index: int = 0
   shard_count: int = 1
   split_sizes: dict[str, int] = dataclasses.field(default_factory=dict)
+  tokens_per_step: dict[str, float] = dataclasses.field(default_factory=dict)
+  batch_shapes: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
   def describe(self, max_length: int) -> str:
     """One line on the training data of this host, e.g. 'data: 400 training pairs (12,345 tokens), 3 dropped as
-    longer than 32 tokens' (with several hosts: '..., host 0 of 2 (800 pairs in the split)')."""
+    longer than 32 tokens; real tokens per step: 1,530 source, 1,702 target (batches [64, 32])' (with several
+    hosts: '..., host 0 of 2 (800 pairs in the split); real tokens per step on this host: ...'; with a token
+    budget, the batch shapes are '13 shapes [256, 8] ... [32, 64]')."""
     pairs = self.train_pairs
     line = (f"data: {len(pairs):,} training pairs ({pairs.num_tokens():,} tokens), {pairs.dropped:,} dropped as "
             f"longer than {max_length} tokens")
     if self.shard_count > 1:
       line += f", host {self.shard_index} of {self.shard_count} ({self.split_sizes['train']:,} pairs in the split)"
+    if self.tokens_per_step:
+      shapes = [f"[{rows}, {length}]" for rows, length in self.batch_shapes]
+      shapes_text = shapes[0] if len(shapes) == 1 else f"{len(shapes)} shapes {shapes[0]} ... {shapes[-1]}"
+      line += (f"; real tokens per step{' on this host' if self.shard_count > 1 else ''}: "
+               f"{self.tokens_per_step['inputs']:,.0f} source, {self.tokens_per_step['targets']:,.0f} target "
+               f"(batches {shapes_text})")
     return line
 
 
@@ -251,7 +319,8 @@ def make_datasets(*, dataset: str, tokenizer: Tokenizer, batch_size: int, max_le
                   data_dir: str | None = None, packing: bool = True, long_examples: str = "drop", seed: int = 0,
                   num_epochs: int | None = None, eval_batch_size: int | None = None,
                   shard_index: int | None = None, shard_count: int | None = None, source_lang: str = "en",
-                  target_lang: str = "de", prefetch: int = 2) -> Datasets:
+                  target_lang: str = "de", prefetch: int = 2, batch_tokens: int = 0, row_multiple: int = 1,
+                  measured_batches: int = 8) -> Datasets:
   """The training iterator and eval/test accessors of one dataset, for this host.
 
   Each host reads and tokenizes only its shard of the training and eval splits: pairs shard_index,
@@ -272,7 +341,15 @@ def make_datasets(*, dataset: str, tokenizer: Tokenizer, batch_size: int, max_le
     eval_batch_size: eval rows per batch on this host; default batch_size.
     shard_index, shard_count: this host's slice; default `jax.process_index()`, `jax.process_count()`.
     prefetch: training batches built ahead in a background thread; 0 = none.
+    batch_tokens: > 0: training batches under this token budget per step over all hosts (`token_budget_dataset`,
+      replacing `batch_size` and `packing`, which must be False); 0 = `batch_size` rows of `max_length`.
+    row_multiple: with batch_tokens, rows per step over all hosts are a multiple of this (devices x gradient
+      accumulation steps; a multiple of shard_count).
+    measured_batches: the first batches of a fresh iterator whose real tokens `tokens_per_step` averages.
   """
+  if batch_tokens and packing:
+    raise ValueError(f"batch_tokens={batch_tokens} and packing=True both decide how training rows are filled; "
+                     "use packing=False with batch_tokens, or batch_tokens=0 to pack.")
   shard_index = jax.process_index() if shard_index is None else shard_index
   shard_count = jax.process_count() if shard_count is None else shard_count
   split_sizes: dict[str, int] = {}
@@ -288,8 +365,17 @@ def make_datasets(*, dataset: str, tokenizer: Tokenizer, batch_size: int, max_le
 
   train_pairs = tokenize_pairs(load("train").shard(shard_index, shard_count), tokenizer, max_length=max_length,
                                long_examples=long_examples, name=f"{dataset}/train[{shard_index}::{shard_count}]")
-  train = iter(train_dataset(train_pairs, batch_size=batch_size, max_length=max_length, packing=packing, seed=seed,
-                             num_epochs=num_epochs, prefetch=prefetch))
+  if batch_tokens:
+    plan = token_budget_plan(train_pairs, batch_tokens=batch_tokens, max_length=max_length, row_multiple=row_multiple,
+                             shard_count=shard_count, seed=seed)
+    batch_shapes = plan.shapes()
+    train_ds = functools.partial(token_budget_dataset, train_pairs, plan, num_epochs=num_epochs)
+  else:
+    batch_shapes = [(batch_size, max_length)]
+    train_ds = functools.partial(train_dataset, train_pairs, batch_size=batch_size, max_length=max_length,
+                                 packing=packing, seed=seed, num_epochs=num_epochs)
+  train = iter(train_ds(prefetch=prefetch))
+  tokens_per_step = real_tokens(itertools.islice(iter(train_ds()), measured_batches))
   eval_pairs: dict[str, TokenizedPairs] = {}
 
   def eval_batches(split: str = "valid") -> grain.MapDataset:
@@ -305,4 +391,5 @@ def make_datasets(*, dataset: str, tokenizer: Tokenizer, batch_size: int, max_le
     return [p["inputs"] for p in pairs], [p["targets"] for p in pairs]
 
   return Datasets(train=train, train_pairs=train_pairs, eval_batches=eval_batches, raw_split=raw_split,
-                  shard_index=shard_index, shard_count=shard_count, split_sizes=split_sizes)
+                  shard_index=shard_index, shard_count=shard_count, split_sizes=split_sizes,
+                  tokens_per_step=tokens_per_step, batch_shapes=batch_shapes)
