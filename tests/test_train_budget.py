@@ -81,6 +81,17 @@ def test_budget_config_is_validated(repo_root, tiny_corpus):
   assert config.train.budget_minutes == 15.0 and isinstance(config.train.budget_minutes, float)
 
 
+def test_sweep_point_with_a_budget_is_done_at_its_planned_steps(tmp_path):
+  from launch import runs
+
+  workdir = tmp_path / "point"
+  workdir.mkdir()
+  (workdir / runs.RESULTS).write_text(json.dumps({"step": 214, "planned_steps": 214, "budget_minutes": 0.1}))
+  assert runs.status(str(workdir), 100_000) == runs.DONE  # train.steps (its default) is not what it trained to.
+  (workdir / runs.RESULTS).write_text(json.dumps({"step": 213, "planned_steps": 214, "budget_minutes": 0.1}))
+  assert runs.status(str(workdir), 6) != runs.DONE
+
+
 def final_params(workdir):
   with checkpoint.Checkpointer(workdir / "checkpoints", read_only=True) as ckpt:
     return ckpt.latest_step(), ckpt.restore_params()
