@@ -170,3 +170,20 @@ def test_cli_budget_run_plans_trains_exactly_the_plan_and_resumes_to_it_after_si
   assert plain["step"] == planned and "planned_steps" not in plain and not (steps / "budget.json").exists()
   for a, b in zip(jax.tree.leaves(final_params(workdir)[1]), jax.tree.leaves(final_params(steps)[1]), strict=True):
     np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_two_processes_train_the_steps_process_0_planned(repo_root, tiny_corpus, tmp_path):
+  from test_preemption import finish, prepared_overrides, start_two_processes
+
+  overrides = prepared_overrides(repo_root, tiny_corpus, tmp_path, **budget_overrides())
+  chief, other = finish(start_two_processes(repo_root, tmp_path / "run", overrides))
+  match = PLAN_LINE.search(chief)
+  assert match and "Traceback" not in other, chief[-3000:]
+  planned = int(match.group(3))
+  assert f"step {planned:>6}/{planned} |" in chief
+  step_dir = tmp_path / "run" / "checkpoints" / str(planned)  # both processes saved the planned last step.
+  assert sorted(p.name for p in (step_dir / "data").glob("process_*.json")) == ["process_0-of-2.json",
+                                                                               "process_1-of-2.json"]
+  with checkpoint.Checkpointer(tmp_path / "run" / "checkpoints", read_only=True) as ckpt:
+    assert ckpt.all_steps() == [planned]

@@ -24,8 +24,9 @@ the state off the device, and about 2 s for Orbax's first save) counts but is no
 Resume: a rerun reads the plan from budget.json and trains to the same total (no new measurement), so a preempted
 run ends like an uninterrupted one; a rerun with another `train.budget_minutes` is refused (to train on, set
 `train.budget_minutes=0` and `train.steps`). A run stopped before its plan measures again on resume, counting the
-steps it had done at the new step time. Several processes: process 0 measures and plans, every process trains the
-number it broadcasts (`multihost_utils.broadcast_one_to_all`); all of them take part in the timed evaluation.
+steps it had done at the new step time. Several processes: every process plans from the times process 0 measured
+(`multihost_utils.broadcast_one_to_all`), so all train the same steps or stop with the same error; all of them take
+part in the evaluations.
 """
 
 from __future__ import annotations
@@ -151,10 +152,12 @@ class Budget:
     evaluate(False)
     eval_seconds = time.perf_counter() - evaluated
     spent = time.perf_counter() - self._clock + self.start_step * step_seconds  # steps of a stopped run, re-timed.
-    total = plan_steps(budget_seconds=self.minutes * 60, spent_seconds=spent, done_steps=step,
-                       step_seconds=step_seconds, eval_seconds=eval_seconds, eval_every=self.eval_every,
-                       min_steps=max(MIN_STEPS, step + 1))
-    self.total_steps = int(multihost_utils.broadcast_one_to_all(np.int32(total))) if jax.process_count() > 1 else total
+    if jax.process_count() > 1:  # every process plans from process 0's times: the same steps, or the same error.
+      step_seconds, eval_seconds, spent = (float(x) for x in multihost_utils.broadcast_one_to_all(
+          np.asarray([step_seconds, eval_seconds, spent], np.float32)))
+    self.total_steps = plan_steps(budget_seconds=self.minutes * 60, spent_seconds=spent, done_steps=step,
+                                  step_seconds=step_seconds, eval_seconds=eval_seconds, eval_every=self.eval_every,
+                                  min_steps=max(MIN_STEPS, step + 1))
     self.plan = {"budget_minutes": self.minutes, "planned_steps": self.total_steps, "step_seconds": step_seconds,
                  "eval_seconds": eval_seconds, "planned_at_step": step, "measured_steps": MEASURE_STEPS}
     write_json(self.path, self.plan)
