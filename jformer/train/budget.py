@@ -19,7 +19,7 @@ The plan then replaces `train.steps`. The learning-rate schedule (paper eq. 3, `
 step number only, not on the total, so the measured steps are the run's first steps and the plan changes no
 learning rate; `optimizer.warmup_steps` stays in steps (a plan shorter than the warm-up is logged: the run ends
 before the peak learning rate). Periodic checkpoint saves are asynchronous: the part that blocks the loop (copying
-the state off the device, and about 2 s for Orbax's first save) counts but is not planned for.
+the state off the device; 2-4 s for Orbax's first save on this machine kind) counts but is not planned for.
 
 Resume: a rerun reads the plan from budget.json and trains to the same total (no new measurement), so a preempted
 run ends like an uninterrupted one; a rerun with another `train.budget_minutes` is refused (to train on, set
