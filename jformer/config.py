@@ -97,6 +97,10 @@ def base_config() -> ml_collections.ConfigDict:
 
   config.train = train = ml_collections.ConfigDict()
   train.steps = 100_000  # Training steps (paper base: 100k, big: 300k).
+  # Train for this many minutes of wall clock instead (0 = off): the steps are planned from the step time measured
+  # after compilation and replace train.steps (logged, kept in <workdir>/budget.json for resume). Counted: steps,
+  # periodic evals, checkpoint saves; not: compilation, the final test (BLEU / bits per byte). jformer/train/budget.py
+  train.budget_minutes = 0.0
   train.seed = 0  # Parameter init and dropout seed.
   train.label_smoothing = 0.1  # Paper: eps_ls = 0.1.
   train.grad_accumulation_steps = 1  # Split each batch into this many micro-batches (one update per step).
@@ -282,8 +286,9 @@ def set_value(config: ml_collections.ConfigDict, dotted_key: str, value: Any) ->
 # Counts, sizes and intervals, with their least value (a run with train.steps=-3 would do nothing and exit 0).
 AT_LEAST = {"train.steps": 1, "train.grad_accumulation_steps": 1, "train.log_every": 1, "train.eval_every": 1,
             "train.checkpoint_every": 1, "train.keep_checkpoints": 1, "train.bleu_every": 0,
-            "train.skip_nonfinite_updates": 0, "train.average_checkpoints": 0, "data.batch_size": 1,
-            "data.batch_tokens": 0, "data.eval_batch_size": 1, "decode.batch_size": 1, "decode.beam_size": 1}
+            "train.skip_nonfinite_updates": 0, "train.average_checkpoints": 0, "train.budget_minutes": 0,
+            "data.batch_size": 1, "data.batch_tokens": 0, "data.eval_batch_size": 1, "decode.batch_size": 1,
+            "decode.beam_size": 1}
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
@@ -318,6 +323,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.train.average_checkpoints > config.train.keep_checkpoints:
     problems.append(f"train.average_checkpoints={config.train.average_checkpoints} needs train.keep_checkpoints "
                     f">= it (now {config.train.keep_checkpoints})")
+  if config.train.budget_minutes and config.train.bleu_every:
+    problems.append(f"train.bleu_every={config.train.bleu_every} decodes during training, which a time budget cannot "
+                    f"plan for (train.budget_minutes={config.train.budget_minutes:g}); set train.bleu_every=0")
   if config.parallel.mode not in ("mesh", "pmap"):
     problems.append(f"parallel.mode='{config.parallel.mode}' is not 'mesh' or 'pmap'")
   if config.decode.method not in ("beam", "greedy", "sample"):

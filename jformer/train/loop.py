@@ -4,9 +4,12 @@ What is evaluated and tested comes from the run's task (`jformer.train.tasks`: B
 for a language model).
 
 Workdir layout: config.json (the resolved config), vocab/ (SentencePiece), tfds/ (prepared data),
-checkpoints/ (Orbax: state + data iterator), tensorboard/, results.json, averaged/ (averaged parameters).
+checkpoints/ (Orbax: state + data iterator), tensorboard/, results.json, averaged/ (averaged parameters),
+budget.json (the planned steps of a time-budget run).
 Running it again on the same workdir resumes from the latest checkpoint. SIGTERM saves a step all hosts agree on
 (or, before the first step, saves nothing) and exits with status 0 (`jformer.train.preemption`).
+With `train.budget_minutes`, the number of steps is planned after the first steps, replaces train.steps and is
+kept in budget.json for resume (`jformer.train.budget`).
 The workdir is a local folder or any `etils.epath` path (gs://bucket/run): every file goes through epath.
 
 The step loop never waits for the device: the step's metrics are summed on device and read every
@@ -27,6 +30,7 @@ from etils import epath
 from jformer import checkpoint, data, models, paths
 from jformer import config as config_lib
 from jformer.train import optim, tasks, workdir_lock
+from jformer.train.budget import Budget, stored_plan
 from jformer.train.preemption import Preempted, Preemption
 from jformer.train.progress import Progress, format_duration, say, write_json
 from jformer.train.runner import make_runner
@@ -96,6 +100,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLik
   """
   workdir = paths.absolute(workdir)
   check_resume(config, workdir)  # a changed model, vocabulary or data: one line naming the keys, nothing written.
+  stored_plan(config, workdir)  # another train.budget_minutes than the one planned: one line, nothing written.
   data.check_run_inputs(config, workdir)  # bad data, vocabulary or workdir: one line, nothing written.
   workdir.mkdir(parents=True, exist_ok=True)
   with workdir_lock.hold(workdir), Preemption() as preemption:
@@ -135,13 +140,24 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
     say(f"resumed from step {checkpointer.latest_step()} ({checkpointer.directory})")
   start_step = int(runner.checkpoint_view(state).step)
 
-  progress = Progress(workdir, config.train.steps, start_step)
+  budget = Budget(config, workdir, start_step)  # train.steps, or train.budget_minutes's plan (None until made).
+  progress = Progress(workdir, budget.total_steps, start_step)
   results = {"step": start_step, "skipped_updates": int(runner.checkpoint_view(state).skipped_updates)}
   totals, unread = runner.new_totals(), start_step + 1  # metrics of steps unread..step, summed on device.
   step = start_step
   try:
     preemption.start(start_step, checkpointer)
-    for step in range(start_step + 1, config.train.steps + 1):
+
+    def evaluate(step, log=True):  # the valid split's metrics, logged and in the results unless log is False.
+      with progress.paused():
+        metrics = task.evaluate(runner.eval_step, state.params, "valid")
+      if log:
+        results.update({f"eval_{k}": v for k, v in metrics.items()})
+        say(f"eval step {step}: {task.eval_line(metrics)}")
+        progress.scalars(step, metrics, prefix="eval/")
+
+    while budget.total_steps is None or step < budget.total_steps:
+      step += 1
       batch = next(datasets.train)
       input_tokens = float(sum(np.count_nonzero(batch[key]) for key in ("inputs", "targets") if key in batch))
       if step == start_step + 1:  # compiles the step (its first call reuses it) and reads its temporary memory.
@@ -152,10 +168,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
       state, metrics = runner.train_step(state, batch)
       totals = runner.add_to_totals(totals, metrics)
       progress.step(input_tokens, timed=step > start_step + 1)  # the first step includes compilation.
+      evaluated = budget.after_step(step, state, lambda log: evaluate(step, log))  # planning: times an evaluation.
+      progress.total_steps = budget.total_steps
       preempted = preemption.reached(step, checkpointer)
-      last = step == config.train.steps
+      last = step == budget.total_steps
       log = step % config.train.log_every == 0 or last
-      evaluate_now = not preempted and (step % config.train.eval_every == 0 or last)
+      evaluate_now = not preempted and not evaluated and (step % config.train.eval_every == 0 or last)
       test_now = not preempted and task.test_every and step % task.test_every == 0 and not last
       save = preempted or last or checkpointer.should_save(step)
       if log or evaluate_now or test_now or save:  # the step loop's one host round trip.
@@ -168,14 +186,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
         averages = progress.report(step)
         results.update(step=step, train_loss=averages["loss"], tokens_per_second=averages["tokens_per_second"])
       if evaluate_now:
-        with progress.paused():
-          metrics = task.evaluate(runner.eval_step, state.params, "valid")
-        results.update({f"eval_{k}": v for k, v in metrics.items()})
-        say(f"eval step {step}: {task.eval_line(metrics)}")
-        progress.scalars(step, metrics, prefix="eval/")
+        evaluate(step)
       if test_now:
         with progress.paused():
           progress.scalars(step, task.test(model, runner.host_params(state)), prefix="test/")
+      if last:
+        results.update(budget.results())  # the budget's time ends here: the final save and test are outside.
       if save:
         with progress.paused():
           checkpointer.save(step, runner.checkpoint_view(state), datasets.train, force=preempted or last)

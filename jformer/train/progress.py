@@ -39,7 +39,7 @@ class Progress:
   it reads them from the device (every `train.log_every` steps, and before eval and checkpoints).
   """
 
-  def __init__(self, workdir: epath.PathLike, total_steps: int, start_step: int):
+  def __init__(self, workdir: epath.PathLike, total_steps: int | None, start_step: int):
     self.is_chief = jax.process_index() == 0
     self.total_steps, self.start_step = total_steps, start_step
     self.writer = None
@@ -84,10 +84,12 @@ class Progress:
     averages["tokens_per_second"] = self._tokens / elapsed
     self.train_seconds += elapsed
     self.train_tokens += self._tokens
-    # No ETA before a timed step (the first, compiling step is not timed): it would divide by zero steps/s.
-    eta = format_duration((self.total_steps - step) / averages["steps_per_second"]) if self._timed_steps else "--"
+    # No ETA before a timed step (the first, compiling step is not timed): it would divide by zero steps/s; nor
+    # before a budgeted run has planned its steps (total_steps None: `jformer.train.budget`).
+    eta = (format_duration((self.total_steps - step) / averages["steps_per_second"])
+           if self._timed_steps and self.total_steps is not None else "--")
     if self.is_chief:
-      print(f"step {step:>6}/{self.total_steps} | loss {averages.get('loss', float('nan')):.4f} | "
+      print(f"step {step:>6}/{self.total_steps or '?'} | loss {averages.get('loss', float('nan')):.4f} | "
             f"acc {averages.get('accuracy', float('nan')):.3f} | lr {averages.get('learning_rate', 0):.2e} | "
             f"|g| {averages.get('grad_norm', 0):.2f} | {averages['steps_per_second']:.2f} steps/s | "
             f"{averages['tokens_per_second']:,.0f} tok/s | ETA {eta}", flush=True)

@@ -1,0 +1,186 @@
+"""Time-budget training (`train.budget_minutes=M`): measure the step time, then fix the number of steps.
+
+A budgeted run trains for M minutes of wall clock, counted from the end of its first (compiling) step to the end of
+its last step's evaluation, periodic evaluations and checkpoint saves included; the last step's checkpoint save and
+the final test (BLEU, bits per byte) are outside. In order:
+
+  1. step 1 compiles the train step: not counted; the budget clock starts once it has run.
+  2. the next `WARMUP_STEPS - 1` steps are counted in the budget but not in the estimate (first-run effects).
+  3. the next `MEASURE_STEPS` steps are timed, waiting for the device at both ends: seconds per step.
+  4. the valid split is evaluated twice: once logged like the periodic evaluations (it compiles the eval step),
+     then once more, timed: seconds per evaluation.
+  5. `plan_steps` fixes the total: the most steps whose estimated time (steps, the periodic evaluations and the
+     one at the last step) fits the budget left. One line logs it; `<workdir>/budget.json` stores it.
+
+`results.json` records the plan and the seconds counted (`budget_wall_seconds`: of this process's run, so a resumed
+run counts from its resume).
+
+The plan then replaces `train.steps`. The learning-rate schedule (paper eq. 3, `jformer.train.optim`) depends on the
+step number only, not on the total, so the measured steps are the run's first steps and the plan changes no
+learning rate; `optimizer.warmup_steps` stays in steps (a plan shorter than the warm-up is logged: the run ends
+before the peak learning rate). Periodic checkpoint saves are asynchronous: the part that blocks the loop (copying
+the state off the device; 2-4 s for Orbax's first save on this machine kind) counts but is not planned for.
+
+Resume: a rerun reads the plan from budget.json and trains to the same total (no new measurement), so a preempted
+run ends like an uninterrupted one; a rerun with another `train.budget_minutes` is refused (to train on, set
+`train.budget_minutes=0` and `train.steps`). A run stopped before its plan measures again on resume, counting the
+steps it had done at the new step time. Several processes: every process plans from the times process 0 measured
+(`multihost_utils.broadcast_one_to_all`), so all train the same steps or stop with the same error; all of them take
+part in the evaluations.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Callable
+
+import jax
+import numpy as np
+from etils import epath
+from jax.experimental import multihost_utils
+
+from jformer.train.progress import say, write_json
+
+WARMUP_STEPS = 2  # steps before the timed ones, the compiling one included (not in the estimate).
+MEASURE_STEPS = 10  # steps timed for the estimate.
+MIN_STEPS = 2 * (WARMUP_STEPS + MEASURE_STEPS)  # least planned total: measuring takes at most half the run.
+PLAN_FILE = "budget.json"  # <workdir>/budget.json: the plan, read back on resume.
+
+
+class BudgetTooSmallError(ValueError):
+  """The budget leaves time for fewer steps than `plan_steps`'s `min_steps`."""
+
+
+def evaluations(first_step: int, last_step: int, eval_every: int) -> int:
+  """Evaluations the loop runs in steps `first_step`..`last_step`: every multiple of `eval_every`, and the last step
+  (once, if it is not a multiple)."""
+  if last_step < first_step:
+    return 0
+  periodic = last_step // eval_every - (first_step - 1) // eval_every
+  return periodic + (last_step % eval_every != 0)
+
+
+def plan_steps(*, budget_seconds: float, spent_seconds: float, done_steps: int, step_seconds: float,
+               eval_seconds: float, eval_every: int, min_steps: int) -> int:
+  """The total number of steps of a budgeted run: the largest S with
+
+      spent_seconds + (S - done_steps) * step_seconds + evaluations(done_steps + 1, S) * eval_seconds <= budget_seconds
+
+  (rounded down: the estimate never exceeds the budget), given `done_steps` steps done in `spent_seconds`.
+
+  Raises:
+    BudgetTooSmallError: when S < `min_steps`, naming the measured times and a budget that would do.
+    ValueError: on a step time that is not positive.
+  """
+  if not step_seconds > 0:
+    raise ValueError(f"step time must be positive, got {step_seconds}")
+  left = budget_seconds - spent_seconds
+
+  def cost(steps: int) -> float:
+    return (steps - done_steps) * step_seconds + evaluations(done_steps + 1, steps, eval_every) * eval_seconds
+
+  # The amortised estimate (an evaluation every eval_every steps), then the exact cost decides.
+  total = done_steps + max(math.floor(left / (step_seconds + eval_seconds / eval_every)), 0)
+  while cost(total + 1) <= left:
+    total += 1
+  while total > done_steps and cost(total) > left:
+    total -= 1
+  if total < min_steps:
+    need = spent_seconds + cost(min_steps)
+    raise BudgetTooSmallError(
+        f"train.budget_minutes={budget_seconds / 60:g} leaves time for {total} steps ({spent_seconds:.1f}s spent on "
+        f"{done_steps} steps, then {step_seconds:.3f}s per step and {eval_seconds:.1f}s per evaluation), fewer than "
+        f"the {min_steps} a budgeted run needs; give "
+        f"train.budget_minutes >= {math.ceil(need / 60 * 10) / 10:g} or use train.steps")
+  return total
+
+
+def stored_plan(config, workdir: epath.PathLike) -> dict:
+  """The plan in `<workdir>/budget.json` of a budgeted run ({} if none, or without a budget).
+
+  Raises:
+    ValueError: the workdir holds the plan of another `train.budget_minutes` (checked before anything is written).
+  """
+  path = epath.Path(workdir) / PLAN_FILE
+  minutes = float(config.train.budget_minutes)
+  if not minutes or not path.exists():
+    return {}
+  plan = json.loads(path.read_text())
+  if plan["budget_minutes"] != minutes:
+    raise ValueError(f"{path} holds the plan of train.budget_minutes={plan['budget_minutes']:g} "
+                     f"({plan['planned_steps']} steps), not {minutes:g}: resume with "
+                     f"train.budget_minutes={plan['budget_minutes']:g}, or with train.budget_minutes=0 and "
+                     "train.steps=N to train to another step count")
+  return plan
+
+
+class Budget:
+  """The run's number of steps: `train.steps`, or the plan of `train.budget_minutes` (made after the first steps,
+  or read from `<workdir>/budget.json` on resume). `total_steps` is None until planned."""
+
+  def __init__(self, config, workdir: epath.PathLike, start_step: int):
+    self.minutes = float(config.train.budget_minutes)
+    self.eval_every, self.warmup_steps = config.train.eval_every, config.optimizer.warmup_steps
+    self.path = epath.Path(workdir) / PLAN_FILE
+    self.start_step, self.plan_step = start_step, start_step + WARMUP_STEPS + MEASURE_STEPS
+    self._clock = self._measure_start = None
+    self.plan = stored_plan(config, workdir)
+    self.total_steps = self.plan.get("planned_steps") if self.minutes else config.train.steps
+    if self.plan:
+      say(f"budget: {self.total_steps} steps planned for {self.minutes:g} minutes ({self.path})")
+
+  def after_step(self, step: int, state, evaluate: Callable[[bool], None]) -> bool:
+    """Called after every train step (all processes): starts the clock after the compiling step, times the
+    measured steps and, at `plan_step`, calls `evaluate(log=True)` then times `evaluate(log=False)`, plans, logs and
+    stores the plan. Returns whether it evaluated at this step."""
+    if not self.minutes:
+      return False
+    if step == self.start_step + 1:
+      self._clock = _now_after(state)
+    if self.total_steps is not None:
+      return False
+    if step == self.start_step + WARMUP_STEPS:
+      self._measure_start = _now_after(state)
+    if step != self.plan_step:
+      return False
+    now = _now_after(state)
+    step_seconds = (now - self._measure_start) / MEASURE_STEPS
+    evaluate(True)  # compiles the eval step.
+    evaluated = time.perf_counter()
+    evaluate(False)
+    eval_seconds = time.perf_counter() - evaluated
+    spent = time.perf_counter() - self._clock + self.start_step * step_seconds  # steps of a stopped run, re-timed.
+    if jax.process_count() > 1:  # every process plans from process 0's times: the same steps, or the same error.
+      step_seconds, eval_seconds, spent = (float(x) for x in multihost_utils.broadcast_one_to_all(
+          np.asarray([step_seconds, eval_seconds, spent], np.float32)))
+    self.total_steps = plan_steps(budget_seconds=self.minutes * 60, spent_seconds=spent, done_steps=step,
+                                  step_seconds=step_seconds, eval_seconds=eval_seconds, eval_every=self.eval_every,
+                                  min_steps=max(MIN_STEPS, step + 1))
+    self.plan = {"budget_minutes": self.minutes, "planned_steps": self.total_steps, "step_seconds": step_seconds,
+                 "eval_seconds": eval_seconds, "planned_at_step": step, "measured_steps": MEASURE_STEPS}
+    write_json(self.path, self.plan)
+    short = (f"; fewer than optimizer.warmup_steps={self.warmup_steps}: the learning rate stops before its peak"
+             if self.total_steps < self.warmup_steps else "")
+    say(f"budget: {step_seconds:.4f}s per step (mean of steps {step - MEASURE_STEPS + 1}-{step}), "
+        f"{eval_seconds:.2f}s per evaluation (every {self.eval_every} steps and at the end) -> {self.total_steps} "
+        f"steps planned for train.budget_minutes={self.minutes:g} (replaces train.steps; stored in {self.path})"
+        f"{short}")
+    return True
+
+  def results(self) -> dict:
+    """The plan and the wall-clock seconds this process counted against the budget until now (compile excluded),
+    for results.json; {} without a budget."""
+    if not self.minutes:
+      return {}
+    seconds = time.perf_counter() - self._clock if self._clock is not None else 0.0
+    return {"budget_minutes": self.minutes, "planned_steps": self.total_steps,
+            "budget_step_seconds": self.plan["step_seconds"], "budget_eval_seconds": self.plan["eval_seconds"],
+            "budget_wall_seconds": seconds}
+
+
+def _now_after(state) -> float:
+  """The clock once the device has finished every step dispatched so far (steps run ahead of the host)."""
+  jax.block_until_ready(state)
+  return time.perf_counter()
