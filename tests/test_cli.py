@@ -30,16 +30,16 @@ def test_summary_matches_paper_parameter_counts(config_file, paper_millions, rep
 
 
 def test_summary_forward_and_override(repo_root, capsys):
-  main.main(["summary", f"--config={repo_root / 'configs' / 'demo.py'}", "--forward", "--config.model.d_model=128"])
+  main.main(["summary", f"--config={repo_root / 'configs' / 'small.py'}", "--forward", "--config.model.d_model=128"])
   out = capsys.readouterr().out
   assert "logits (2, 32, 8000)" in out and "finite=True" in out
 
 
 def test_bad_override_exits_with_message(repo_root):
-  result = run("summary", "--config=configs/demo.py", "--config.model.num_head=2", cwd=repo_root)
+  result = run("summary", "--config=configs/small.py", "--config.model.num_head=2", cwd=repo_root)
   assert result.returncode != 0
   assert "did you mean 'model.num_heads'" in result.stderr
-  result = run("summary", "--config=configs/demo.py", "--bogus", cwd=repo_root)
+  result = run("summary", "--config=configs/small.py", "--bogus", cwd=repo_root)
   assert result.returncode != 0 and "unrecognised argument '--bogus'" in result.stderr
 
 
@@ -60,7 +60,7 @@ def test_positional_list(capsys):
 
 def test_train_errors_are_one_line_unless_verbose(repo_root, tmp_path):
   typo = tmp_path / "typo.py"
-  typo.write_text((repo_root / "configs" / "demo.py").read_text().replace(
+  typo.write_text((repo_root / "configs" / "small.py").read_text().replace(
       "  config.train.steps = 600\n", "  config.train.steps = 600\n  config.train.stpes = 5\n"))
   args = ["train", f"--config={typo}", f"--workdir={tmp_path / 'run'}"]
   with pytest.raises(SystemExit) as stop:

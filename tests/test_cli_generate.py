@@ -24,7 +24,7 @@ from jformer.train.loop import write_config
 
 def build_run(workdir, corpus, architecture: str):
   """A run folder `jformer translate`/`generate` can read: config.json, vocabulary, averaged parameters."""
-  config = config_lib.load(REPO / "configs" / "demo.py", {**tiny_overrides(corpus), "model.architecture": architecture})
+  config = config_lib.load(REPO / "configs" / "small.py", {**tiny_overrides(corpus), "model.architecture": architecture})
   workdir.mkdir(parents=True)
   write_config(config, workdir)
   texts = [line for name in ("train.src", "train.tgt") for line in (corpus / name).read_text().splitlines()]

@@ -10,7 +10,7 @@ from jformer import config as config_lib
 
 @pytest.fixture
 def demo(repo_root):
-  return repo_root / "configs" / "demo.py"
+  return repo_root / "configs" / "small.py"
 
 
 def test_overrides_from_command_line_strings_are_typed(demo):

@@ -144,7 +144,7 @@ def test_simulated_hosts_without_their_processes_are_refused():
 
 
 def test_config_refuses_packing_with_batch_tokens_and_language_models():
-  demo = REPO / "configs" / "demo.py"
+  demo = REPO / "configs" / "small.py"
   with pytest.raises(ValueError, match=r"data.batch_tokens=4096 and data.packing=True .* set data.packing=False"):
     config_lib.validate(config_lib.load(demo, {"data.batch_tokens": 4096}))
   config_lib.validate(config_lib.load(demo, {"data.batch_tokens": 4096, "data.packing": False}))
@@ -201,12 +201,12 @@ def test_jformer_train_with_a_token_budget_resumes_exactly(tiny_corpus, tmp_path
   overrides = tiny_overrides(tiny_corpus, **{"data.batch_tokens": 512, "data.packing": False})
   args = [f"--config.{key}={value}" for key, value in overrides.items()]
   straight, resumed = tmp_path / "straight", tmp_path / "resumed"
-  main.main(["train", f"--config={REPO / 'configs' / 'demo.py'}", f"--workdir={straight}", *args])
+  main.main(["train", f"--config={REPO / 'configs' / 'small.py'}", f"--workdir={straight}", *args])
   out = capsys.readouterr().out
   assert "real tokens per step: " in out and "shapes [64, 8] ... [16, 32]" in out
-  main.main(["train", f"--config={REPO / 'configs' / 'demo.py'}", f"--workdir={resumed}", *args,
+  main.main(["train", f"--config={REPO / 'configs' / 'small.py'}", f"--workdir={resumed}", *args,
              "--config.train.steps=3"])
-  main.main(["train", f"--config={REPO / 'configs' / 'demo.py'}", f"--workdir={resumed}", *args])
+  main.main(["train", f"--config={REPO / 'configs' / 'small.py'}", f"--workdir={resumed}", *args])
   assert "resumed from step 3" in capsys.readouterr().out
   results = [json.loads((run / "results.json").read_text()) for run in (straight, resumed)]
   assert results[0]["step"] == results[1]["step"] == 6 and os.path.exists(straight / "checkpoints")

@@ -428,7 +428,7 @@ def test_jformer_train_refuses_a_bad_text_folder_in_one_line_and_writes_nothing(
   folder = _write_corpus(tmp_path / "corpus", {"train": ["a"], "valid": ["b"], "test": ["c"]}, gzip_splits=())
   (tmp_path / "corpus" / "train.txt").write_bytes(b"fine\n\nGr\xfc\xdfe\n")
   with pytest.raises(SystemExit) as exit_info:
-    main.main(["train", f"--config={REPO / 'configs' / 'demo.py'}", f"--workdir={tmp_path / 'run'}",
+    main.main(["train", f"--config={REPO / 'configs' / 'small.py'}", f"--workdir={tmp_path / 'run'}",
                "--config.data.dataset=text", f"--config.data.path={folder}"])
   assert exit_info.value.code == (f"jformer train: error: {tmp_path / 'corpus' / 'train.txt'} line 3 is not UTF-8 "
                                   "text (invalid start byte); convert the file to UTF-8 (e.g. `iconv -f latin1 -t "
@@ -444,7 +444,7 @@ def test_the_language_model_sees_no_other_document_in_a_packed_row(tok, pack):
 
   from jformer import models
 
-  config = config_lib.load(REPO / "configs" / "demo.py", {
+  config = config_lib.load(REPO / "configs" / "small.py", {
       "model.architecture": "lm", "model.vocab_size": 200, "model.d_model": 32, "model.num_heads": 2,
       "model.d_ff": 64, "model.num_decoder_layers": 2, "model.max_length": 32, "data.max_length": 32})
   model = models.build(config)

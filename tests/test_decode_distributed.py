@@ -51,7 +51,7 @@ class CharTokenizer:
 def tiny_model():
   """A random-init 1-layer Transformer, weights x 4 so that its outputs depend on the source (at the plain init it
   repeats one token); the same parameters in every process (seed 0)."""
-  config = config_lib.load(REPO / "configs" / "demo.py", {
+  config = config_lib.load(REPO / "configs" / "small.py", {
       "model.vocab_size": VOCAB, "model.d_model": 32, "model.num_heads": 2, "model.d_ff": 64,
       "model.num_encoder_layers": 1, "model.num_decoder_layers": 1, "model.max_length": 64,
       "model.dropout_rate": 0.0})

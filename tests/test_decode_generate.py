@@ -23,7 +23,7 @@ from test_attention_variants import skip_unless_runs_here
 from test_plugins import NAME as PLUGIN_NAME
 from test_plugins import plugin_registry  # noqa: F401 (a fixture)
 
-DEMO = pathlib.Path(__file__).resolve().parents[1] / "configs" / "demo.py"
+DEMO = pathlib.Path(__file__).resolve().parents[1] / "configs" / "small.py"
 VOCAB, PROMPT, NEW = 50, 5, 8
 DECODING = [n for n in attention.available() if {"causal", "positions", "decode"} <= attention.get(n).supports]
 

@@ -17,7 +17,7 @@ def translation_run(tiny_corpus, tmp_path_factory):
   from conftest import REPO
 
   workdir = tmp_path_factory.mktemp("translation_run")
-  results = train_and_evaluate(config_lib.load(REPO / "configs" / "demo.py", tiny_overrides(tiny_corpus)),
+  results = train_and_evaluate(config_lib.load(REPO / "configs" / "small.py", tiny_overrides(tiny_corpus)),
                                str(workdir))
   return workdir, results
 

@@ -67,7 +67,7 @@ def test_point_names_are_readable_path_safe_and_unique():
 
 def test_load_names_points_and_builds_commands(repo_root, tmp_path, monkeypatch):
   monkeypatch.chdir(repo_root)
-  file = write_sweep(tmp_path / "warm.py", "configs/demo.py",
+  file = write_sweep(tmp_path / "warm.py", "configs/small.py",
                      'sweep.axis("optimizer.warmup_steps", [100, 400]) + [{"model.norm": "pre"}]',
                      fixed={"train.steps": 10, "optimizer.warmup_steps": 50})
   loaded = sweep.load(file)
@@ -77,7 +77,7 @@ def test_load_names_points_and_builds_commands(repo_root, tmp_path, monkeypatch)
   assert all(p.steps == 10 for p in loaded.points)
   # FIXED applies where a point has no value of its own; a point's own value wins.
   assert loaded.train_args(loaded.points[2], "runs/warm/norm=pre") == [
-      "train", "--config=configs/demo.py", "--workdir=runs/warm/norm=pre", "--config.train.steps=10",
+      "train", "--config=configs/small.py", "--workdir=runs/warm/norm=pre", "--config.train.steps=10",
       "--config.optimizer.warmup_steps=50", "--config.model.norm=pre"]
   assert loaded.point_args(loaded.points[0]) == ["--config.optimizer.warmup_steps=100"]
 
@@ -92,24 +92,24 @@ def test_load_names_points_and_builds_commands(repo_root, tmp_path, monkeypatch)
 def test_invalid_points_fail_naming_point_and_key(point, message, repo_root, monkeypatch):
   monkeypatch.chdir(repo_root)
   with pytest.raises(sweep.SweepError) as error:
-    sweep.expand("bad", "configs/demo.py", [{"model.num_heads": 2}, point])
+    sweep.expand("bad", "configs/small.py", [{"model.num_heads": 2}, point])
   assert str(error.value).startswith(f"sweep 'bad': {message}")
 
 
 def test_duplicate_names_and_missing_base_are_errors(repo_root, monkeypatch):
   monkeypatch.chdir(repo_root)
   with pytest.raises(sweep.SweepError, match="points 0 and 1 are both 'norm=pre'"):
-    sweep.expand("dup", "configs/demo.py", [{"model.norm": "pre"}, {"model.norm": "pre"}])
+    sweep.expand("dup", "configs/small.py", [{"model.norm": "pre"}, {"model.norm": "pre"}])
   with pytest.raises(sweep.SweepError, match="BASE: config file 'configs/nope.py' does not exist"):
     sweep.expand("nobase", "configs/nope.py", [{"model.norm": "pre"}])
   with pytest.raises(sweep.SweepError, match="non-empty list"):
-    sweep.expand("empty", "configs/demo.py", [])
+    sweep.expand("empty", "configs/small.py", [])
 
 
 @pytest.mark.parametrize("backend", ["local", "slurm"])
 def test_invalid_sweep_launches_nothing(backend, repo_root, tmp_path, monkeypatch, capsys):
   monkeypatch.chdir(repo_root)
-  file = write_sweep(tmp_path / "typo.py", "configs/demo.py",
+  file = write_sweep(tmp_path / "typo.py", "configs/small.py",
                      '[{"model.num_heads": 2}, {"optimizer.warmup_step": 10}]')
   root = tmp_path / "runs"
   assert cli.main([f"--sweep={file}", f"--backend={backend}", f"--root={root}"]) == 1  # An invalid point is bad input: exit 1.
@@ -120,7 +120,7 @@ def test_invalid_sweep_launches_nothing(backend, repo_root, tmp_path, monkeypatc
 
 def test_backend_flags_and_settings_are_checked(repo_root, tmp_path, monkeypatch, capsys):
   monkeypatch.chdir(repo_root)
-  file = write_sweep(tmp_path / "s.py", "configs/demo.py", 'sweep.axis("model.norm", ["pre"])',
+  file = write_sweep(tmp_path / "s.py", "configs/small.py", 'sweep.axis("model.norm", ["pre"])',
                      extra='SLURM = {"gpus": 8}')
   assert cli.main([f"--sweep={file}", "--nodes=2"]) == 2
   assert "--nodes apply to --backend=slurm, not --backend=local" in capsys.readouterr().err
@@ -165,7 +165,7 @@ def test_event_files_read_without_tensorflow(tmp_path):
 def test_local_sweep_runs_resumes_skips_and_reports(repo_root, tiny_corpus, tmp_path, monkeypatch, capsys):
   monkeypatch.chdir(repo_root)
   root = tmp_path / "runs"
-  file = write_sweep(tmp_path / "tiny.py", "configs/demo.py", 'sweep.axis("model.attention", ["dot_product"])',
+  file = write_sweep(tmp_path / "tiny.py", "configs/small.py", 'sweep.axis("model.attention", ["dot_product"])',
                      fixed=tiny_overrides(tiny_corpus, **{"train.steps": 3}))
   assert cli.main([f"--sweep={file}", f"--root={root}"]) == 0
   assert "attention=dot_product: done after" in capsys.readouterr().out
@@ -175,7 +175,7 @@ def test_local_sweep_runs_resumes_skips_and_reports(repo_root, tiny_corpus, tmp_
   # More steps: the first point resumes, a second one starts, a third fails without stopping the others.
   attention = 'sweep.axis("model.attention", ["dot_product", "xla"])'
   missing = tmp_path / "missing_corpus"
-  write_sweep(file, "configs/demo.py", f'{attention} + [{{"model.attention": "xla", "data.path": {str(missing)!r}}}]',
+  write_sweep(file, "configs/small.py", f'{attention} + [{{"model.attention": "xla", "data.path": {str(missing)!r}}}]',
               fixed=tiny_overrides(tiny_corpus))
   assert cli.main([f"--sweep={file}", f"--root={root}", "--parallel=2"]) == 1
   second = capsys.readouterr().out
@@ -214,7 +214,7 @@ def test_local_sweep_runs_resumes_skips_and_reports(repo_root, tiny_corpus, tmp_
   assert image.imread(root / "tiny" / "curves.png").shape[:2] == (480, 1300)
 
   # A rerun skips the finished points (their logs are untouched).
-  write_sweep(file, "configs/demo.py", attention, fixed=tiny_overrides(tiny_corpus))
+  write_sweep(file, "configs/small.py", attention, fixed=tiny_overrides(tiny_corpus))
   logs = [(w / runs.LOG).read_text() for w in workdirs]
   assert cli.main([f"--sweep={file}", f"--root={root}"]) == 0
   third = capsys.readouterr().out
@@ -224,14 +224,14 @@ def test_local_sweep_runs_resumes_skips_and_reports(repo_root, tiny_corpus, tmp_
 
 def test_local_dry_run_prints_commands(repo_root, tmp_path, monkeypatch, capsys):
   monkeypatch.chdir(repo_root)
-  file = write_sweep(tmp_path / "dry.py", "configs/demo.py", 'sweep.axis("model.norm", ["post", "pre"])',
+  file = write_sweep(tmp_path / "dry.py", "configs/small.py", 'sweep.axis("model.norm", ["post", "pre"])',
                      fixed={"train.steps": 5})
   root = tmp_path / "runs"
   assert cli.main([f"--sweep={file}", f"--root={root}", "--dry_run"]) == 0
   out = capsys.readouterr().out.splitlines()
-  assert out[0] == "sweep 'dry': 2 points on configs/demo.py, all valid"
+  assert out[0] == "sweep 'dry': 2 points on configs/small.py, all valid"
   assert out[1] == f"# norm=post (output in {root}/dry/norm=post/launch.log)"
-  assert out[2].endswith(f"-m jformer.main train --config=configs/demo.py --workdir={root}/dry/norm=post "
+  assert out[2].endswith(f"-m jformer.main train --config=configs/small.py --workdir={root}/dry/norm=post "
                          f"--config.train.steps=5 --config.model.norm=post")
   assert len(out) == 5 and not root.exists()
 
@@ -241,7 +241,7 @@ def golden_sweep(repo_root, monkeypatch) -> sweep.Sweep:
   monkeypatch.chdir(repo_root)
   points = sweep.product(sweep.axis("model.attention", ["dot_product", "xla"]),
                          sweep.axis("optimizer.warmup_steps", [100, 400]))
-  return sweep.expand("golden", "configs/demo.py", points, fixed={"train.steps": 200, "data.path": "/data/my corpus"})
+  return sweep.expand("golden", "configs/small.py", points, fixed={"train.steps": 200, "data.path": "/data/my corpus"})
 
 
 def test_slurm_script_golden(repo_root, monkeypatch):
@@ -259,7 +259,7 @@ def test_slurm_script_golden(repo_root, monkeypatch):
 
 def test_slurm_dry_run_prints_script_and_submission(repo_root, tmp_path, monkeypatch, capsys):
   monkeypatch.chdir(repo_root)
-  file = write_sweep(tmp_path / "sl.py", "configs/demo.py", 'sweep.axis("model.norm", ["post", "pre"])',
+  file = write_sweep(tmp_path / "sl.py", "configs/small.py", 'sweep.axis("model.norm", ["post", "pre"])',
                      extra='SLURM = {"nodes": 4, "partition": "big"}')
   root = tmp_path / "runs"
   assert cli.main([f"--sweep={file}", "--backend=slurm", f"--root={root}", "--dry_run", "--nodes=2"]) == 0
@@ -283,7 +283,7 @@ def test_tpu_vm_commands_golden(repo_root, monkeypatch):
     expected += [tpu_vm.train_command(golden, point, "runs", settings),
                  tpu_vm.fetch_command(golden, point, "runs", settings)]
   assert [shlex.split(line) for line in rendered.splitlines() if not line.startswith("#")] == expected
-  absolute = sweep.expand("abs", str(repo_root / "configs" / "demo.py"), [{"model.norm": "pre"}])
+  absolute = sweep.expand("abs", str(repo_root / "configs" / "small.py"), [{"model.norm": "pre"}])
   with pytest.raises(sweep.SweepError, match="give a path relative to the project root"):
     tpu_vm.render(absolute, "runs", settings)
 
@@ -305,7 +305,7 @@ def test_example_sweeps_expand(repo_root, monkeypatch):
   similarity = sweep.load("configs/sweeps/similarity.py")
   assert [p.name for p in similarity.points] == [f"attention={name}" for name in (
       "dot_product", "dot_product_unscaled", "general", "additive", "cosine")]
-  assert similarity.base == "configs/demo.py" and all(p.steps == 300 for p in similarity.points)
+  assert similarity.base == "configs/small.py" and all(p.steps == 300 for p in similarity.points)
   assert similarity.common_args() == ["--config.train.steps=300", "--config.train.eval_every=100"]
   heads = sweep.load("configs/sweeps/heads_ablation.py")
   assert [p.name for p in heads.points] == [f"num_heads={h},d_model=512" for h in (1, 4, 8, 16, 32)]

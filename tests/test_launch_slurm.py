@@ -68,7 +68,7 @@ def test_sweep_runs_as_a_slurm_job_array(slurm_env, tiny_corpus, tmp_path):
   sweep_file = tmp_path / "tiny_slurm.py"
   sweep_file.write_text(
       "from launch import sweep\n\n"
-      f"BASE = 'configs/demo.py'\nFIXED = {tiny_overrides(tiny_corpus)!r}\nSLURM = {{'time': '00:15:00'}}\n\n"
+      f"BASE = 'configs/small.py'\nFIXED = {tiny_overrides(tiny_corpus)!r}\nSLURM = {{'time': '00:15:00'}}\n\n"
       "def get_sweep():\n  return sweep.axis('model.attention', ['dot_product', 'xla'])\n")
   root = tmp_path / "runs"
   launch = [sys.executable, "-m", "launch", f"--sweep={sweep_file}", "--backend=slurm", f"--root={root}"]
@@ -100,7 +100,7 @@ def test_killed_slurm_task_is_reported_and_resumed(slurm_env, tiny_corpus, tmp_p
 
   def write(fixed):
     sweep_file.write_text("from launch import sweep\n\n"
-                          f"BASE = 'configs/demo.py'\nFIXED = {fixed!r}\nSLURM = {{'time': '00:15:00'}}\n\n"
+                          f"BASE = 'configs/small.py'\nFIXED = {fixed!r}\nSLURM = {{'time': '00:15:00'}}\n\n"
                           "def get_sweep():\n  return sweep.axis('model.attention', ['dot_product'])\n")
 
   write(fixed)

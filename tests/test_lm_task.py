@@ -50,7 +50,7 @@ def tiny_lm_config(**extra):
                "model.d_ff": 64, "model.num_decoder_layers": 2, "model.max_length": 32, "data.max_length": 12,
                "train.eval_lengths": "(5, 12)"}
   overrides.update(extra)
-  return config_lib.load(pathlib.Path(__file__).parents[1] / "configs" / "demo.py", overrides)
+  return config_lib.load(pathlib.Path(__file__).parents[1] / "configs" / "small.py", overrides)
 
 
 def documents(rng, lengths):

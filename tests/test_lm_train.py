@@ -46,7 +46,7 @@ def lm_config(corpus, **extra):
                "train.steps": 6, "train.log_every": 2, "train.eval_every": 3, "train.checkpoint_every": 3,
                "train.eval_lengths": "(8, 32)"}
   overrides.update(extra)
-  return config_lib.load(REPO / "configs" / "demo.py", overrides)
+  return config_lib.load(REPO / "configs" / "small.py", overrides)
 
 
 @pytest.fixture(scope="module")

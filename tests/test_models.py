@@ -26,7 +26,7 @@ def tiny(**overrides):
           "model.num_encoder_layers": 2, "model.num_decoder_layers": 2, "model.max_length": 32,
           "data.max_length": 32, "model.dropout_rate": 0.1}
   base.update(overrides)
-  config = config_lib.load(pathlib.Path(__file__).resolve().parents[1] / "configs" / "demo.py", base)
+  config = config_lib.load(pathlib.Path(__file__).resolve().parents[1] / "configs" / "small.py", base)
   return models.build(config)
 
 

@@ -26,7 +26,7 @@ from test_models import decode_step_by_step
 ENCODINGS = positional.available()
 HEADS = 4
 KV_HEADS = [HEADS, 2, 1]
-DEMO = pathlib.Path(__file__).resolve().parents[1] / "configs" / "demo.py"
+DEMO = pathlib.Path(__file__).resolve().parents[1] / "configs" / "small.py"
 
 
 def load(**overrides):

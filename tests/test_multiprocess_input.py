@@ -107,7 +107,7 @@ def _free_port() -> int:
 def _train(workdir, corpus, tmp_path, processes: int, **overrides) -> list[subprocess.Popen]:
   """Starts `jformer train` (tiny config) as `processes` processes of one job on `workdir`, 1 CPU device each."""
   port = _free_port()
-  args = ["train", f"--config={REPO / 'configs' / 'demo.py'}", f"--workdir={workdir}"]
+  args = ["train", f"--config={REPO / 'configs' / 'small.py'}", f"--workdir={workdir}"]
   args += [f"--config.{k}={v}" for k, v in tiny_overrides(corpus, **overrides).items()]
   procs = []
   for index in range(processes):

@@ -37,7 +37,7 @@ def checkpointed_params(workdir) -> dict:
 
 
 def test_step_keeps_the_state_when_the_gradients_are_not_finite(repo_root):
-  config = config_lib.load(repo_root / "configs" / "demo.py", {
+  config = config_lib.load(repo_root / "configs" / "small.py", {
       "model.vocab_size": 40, "model.d_model": 32, "model.num_heads": 2, "model.d_ff": 64,
       "model.num_encoder_layers": 1, "model.num_decoder_layers": 1, "model.max_length": 32, "data.max_length": 32,
       "optimizer.warmup_steps": 10, **DIVERGING})
@@ -63,7 +63,7 @@ def test_step_keeps_the_state_when_the_gradients_are_not_finite(repo_root):
 
 def train_command(workdir, corpus, **extra):
   overrides = [f"--config.{k}={v}" for k, v in tiny_overrides(corpus, **extra).items()]
-  return [sys.executable, "-m", "jformer.main", "train", "--config=configs/demo.py", f"--workdir={workdir}",
+  return [sys.executable, "-m", "jformer.main", "train", "--config=configs/small.py", f"--workdir={workdir}",
           *overrides]
 
 
@@ -86,7 +86,7 @@ def test_a_non_finite_update_stops_the_run_in_one_line_and_no_checkpoint_holds_i
 
 def test_skipped_updates_are_logged_counted_and_carried_over_a_resume(repo_root, tiny_corpus, tmp_path, capsys):
   def load(**extra):  # pmap here, the mesh runner in the test above: both run the same guarded step.
-    return config_lib.load(repo_root / "configs" / "demo.py",
+    return config_lib.load(repo_root / "configs" / "small.py",
                            tiny_overrides(tiny_corpus, **DIVERGING, **{"parallel.mode": "pmap", **extra}))
 
   results = train_and_evaluate(load(**{"train.skip_nonfinite_updates": 10}), str(tmp_path))
@@ -111,7 +111,7 @@ def test_skipped_updates_are_logged_counted_and_carried_over_a_resume(repo_root,
 
 def test_the_stop_names_the_first_bad_step_though_the_metrics_are_read_later(repo_root, tiny_corpus, tmp_path):
   def stopped_at(workdir, **extra) -> tuple[int, str]:
-    config = config_lib.load(repo_root / "configs" / "demo.py", tiny_overrides(tiny_corpus, **DIVERGING, **extra))
+    config = config_lib.load(repo_root / "configs" / "small.py", tiny_overrides(tiny_corpus, **DIVERGING, **extra))
     with pytest.raises(NonFiniteUpdateError) as error:
       train_and_evaluate(config, str(workdir))
     match = re.fullmatch(r"step (\d+): non-finite (.+); stopping \(train\.skip_nonfinite_updates=0\)\. (.+)",

@@ -35,7 +35,7 @@ def tiny_config(**overrides):
           "model.num_encoder_layers": 1, "model.num_decoder_layers": 1, "model.max_length": 16,
           "model.dropout_rate": 0.0, "data.max_length": 16, "optimizer.warmup_steps": 20, "optimizer.eps": 1e-4}
   base.update(overrides)
-  return config_lib.load(REPO / "configs" / "demo.py", base)
+  return config_lib.load(REPO / "configs" / "small.py", base)
 
 
 def make(layout):

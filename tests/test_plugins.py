@@ -50,7 +50,7 @@ def test_plugin_variant_trains_from_the_command_line(tiny_corpus, tmp_path):
   overrides = tiny_overrides(tiny_corpus, **{"imports": str(PLUGIN), "model.attention": NAME, "train.steps": 2,
                                              "train.eval_every": 2, "train.checkpoint_every": 2,
                                              "train.bleu_examples": 4})
-  command = [sys.executable, "-m", "jformer.main", "train", "--config=configs/demo.py", f"--workdir={workdir}",
+  command = [sys.executable, "-m", "jformer.main", "train", "--config=configs/small.py", f"--workdir={workdir}",
              *(f"--config.{key}={value}" for key, value in overrides.items())]
   done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
@@ -94,8 +94,8 @@ def test_positional_encodings_and_datasets_load_from_the_same_imports(tmp_path, 
   plugin = tmp_path / "my_plugins.py"
   plugin.write_text(PLUGIN_OF_EACH_KIND)
   with pytest.raises(ValueError, match="unknown positional encoding 'learned_offset'"):
-    config_lib.load(REPO / "configs" / "demo.py", {"model.positional": "learned_offset"})
-  config = config_lib.load(REPO / "configs" / "demo.py", {"imports": str(plugin), "model.positional": "learned_offset",
+    config_lib.load(REPO / "configs" / "small.py", {"model.positional": "learned_offset"})
+  config = config_lib.load(REPO / "configs" / "small.py", {"imports": str(plugin), "model.positional": "learned_offset",
                                                            "data.dataset": "my_corpus", "model.vocab_size": 50,
                                                            "model.d_model": 32, "model.d_ff": 64})
   params = models.build(config).init(jax.random.PRNGKey(0), jax.numpy.ones((1, 4), int), jax.numpy.ones((1, 3), int))

@@ -22,7 +22,7 @@ from jformer.positional import registry
 from jformer.registry import Param, constant, init_params
 from test_models import decode_step_by_step
 
-DEMO = pathlib.Path(__file__).resolve().parents[1] / "configs" / "demo.py"
+DEMO = pathlib.Path(__file__).resolve().parents[1] / "configs" / "small.py"
 DIMS = dict(d_model=32, heads=4, kv_heads=2, head_dim=8, max_length=16)
 
 

@@ -19,7 +19,7 @@ from jformer.train import loop
 
 
 def load(repo_root, corpus, **extra):
-  return config_lib.load(repo_root / "configs" / "demo.py", tiny_overrides(corpus, **extra))
+  return config_lib.load(repo_root / "configs" / "small.py", tiny_overrides(corpus, **extra))
 
 
 def test_sigterm_during_data_preparation_exits_before_training_and_saves_nothing(repo_root, tiny_corpus, tmp_path,
@@ -59,7 +59,7 @@ def start_two_processes(repo_root, workdir, overrides):
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   env.update(XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
              JFORMER_COORDINATOR_ADDRESS=f"localhost:{portpicker.pick_unused_port()}", JFORMER_NUM_PROCESSES="2")
-  command = [sys.executable, "-m", "jformer.main", "train", "--config=configs/demo.py", f"--workdir={workdir}",
+  command = [sys.executable, "-m", "jformer.main", "train", "--config=configs/small.py", f"--workdir={workdir}",
              *overrides]
   return [subprocess.Popen(command, cwd=repo_root, env={**env, "JFORMER_PROCESS_ID": str(i)}, text=True,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(2)]

@@ -23,7 +23,7 @@ PLAN_LINE = re.compile(r"^budget: (\d\.\d{4})s per step \(mean of steps 3-12\), 
 
 
 def load(repo_root, corpus, **extra):
-  return config_lib.load(repo_root / "configs" / "demo.py", tiny_overrides(corpus, **extra))
+  return config_lib.load(repo_root / "configs" / "small.py", tiny_overrides(corpus, **extra))
 
 
 def budget_overrides(**extra) -> dict:
@@ -112,7 +112,7 @@ def test_budget_too_small_stops_after_measuring_and_stores_no_plan(repo_root, ti
 
 def train_command(corpus, workdir, **extra) -> list[str]:
   overrides = tiny_overrides(corpus, **budget_overrides(**extra))
-  return [sys.executable, "-m", "jformer.main", "train", "--config=configs/demo.py", f"--workdir={workdir}",
+  return [sys.executable, "-m", "jformer.main", "train", "--config=configs/small.py", f"--workdir={workdir}",
           *(f"--config.{k}={v}" for k, v in overrides.items())]
 
 

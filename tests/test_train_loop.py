@@ -19,7 +19,7 @@ from jformer.train.loop import train_and_evaluate
 
 
 def load(repo_root, corpus, **extra):
-  return config_lib.load(repo_root / "configs" / "demo.py", tiny_overrides(corpus, **extra))
+  return config_lib.load(repo_root / "configs" / "small.py", tiny_overrides(corpus, **extra))
 
 
 def final_params(workdir):
@@ -93,7 +93,7 @@ def test_sigterm_saves_and_the_rerun_ends_like_an_uninterrupted_run(repo_root, t
   overrides = [f"--config.{k}={v}" for k, v in tiny_overrides(
       tiny_corpus, **{"train.steps": 400, "train.log_every": 1, "train.eval_every": 400,
                       "train.checkpoint_every": 1000, "data.max_length": 64, "model.d_model": 64}).items()]
-  command = [sys.executable, "-m", "jformer.main", "train", "--config=configs/demo.py"]
+  command = [sys.executable, "-m", "jformer.main", "train", "--config=configs/small.py"]
   env = dict(os.environ, PYTHONUNBUFFERED="1")
   straight = subprocess.run(command + [f"--workdir={tmp_path / 'a'}"] + overrides, cwd=repo_root, env=env,
                             capture_output=True, text=True, timeout=900)

@@ -79,7 +79,7 @@ def test_the_step_loop_reads_the_device_only_at_log_eval_and_checkpoint_steps(re
 
   monkeypatch.setattr(loop, "make_runner", counting_runner)
   monkeypatch.setattr(ArrayImpl, "_value", property(counted))
-  config = config_lib.load(repo_root / "configs" / "demo.py", tiny_overrides(tiny_corpus, **{
+  config = config_lib.load(repo_root / "configs" / "small.py", tiny_overrides(tiny_corpus, **{
       "train.steps": 12, "train.log_every": 4, "train.checkpoint_every": 6, "train.eval_every": 12}))
   results = loop.train_and_evaluate(config, str(tmp_path))
   assert trained[0] == 12 and results["step"] == 12 and np.isfinite(results["train_loss"])

@@ -19,7 +19,7 @@ def tiny_config(repo_root, **overrides):
           "model.num_encoder_layers": 2, "model.num_decoder_layers": 2, "model.max_length": 32,
           "data.max_length": 32, "optimizer.warmup_steps": 10, "model.dropout_rate": 0.1}
   base.update(overrides)
-  return config_lib.load(repo_root / "configs" / "demo.py", base)
+  return config_lib.load(repo_root / "configs" / "small.py", base)
 
 
 def test_paper_schedule_matches_equation_3():

@@ -15,7 +15,7 @@ from jformer import config as config_lib
 from jformer import main, models, visualize
 from jformer.train.loop import train_and_evaluate
 
-DEMO = pathlib.Path(__file__).resolve().parents[1] / "configs" / "demo.py"
+DEMO = pathlib.Path(__file__).resolve().parents[1] / "configs" / "small.py"
 
 
 @pytest.mark.parametrize("option, kv_heads, variant", [("relative", 2, "dot_product"), ("alibi", 1, "chunked")])

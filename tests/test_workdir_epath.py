@@ -134,7 +134,7 @@ def test_absolute_keeps_uris_and_anchors_local_paths(tmp_path, monkeypatch):
 
 def _train(repo_root, corpus, workdir, **extra):
   overrides = tiny_overrides(corpus, **{"train.average_checkpoints": 0, **extra})
-  main.main(["train", f"--config={repo_root / 'configs' / 'demo.py'}", f"--workdir={workdir}",
+  main.main(["train", f"--config={repo_root / 'configs' / 'small.py'}", f"--workdir={workdir}",
              *[f"--config.{key}={value}" for key, value in overrides.items()]])
 
 
@@ -197,7 +197,7 @@ def test_sweep_on_a_gs_root(fake_gcs, tmp_path):
   """A sweep point's launch.log, exit_code, results.json and TensorBoard curves in the bucket: its status and the
   sweep report read back from there; tpu_vm copies nothing, slurm refuses the root (its shell writes the logs)."""
   point = launch_sweep.Point("norm=pre", {"model.norm": "pre"}, 6)
-  tiny = launch_sweep.Sweep("tiny", "configs/demo.py", {}, (point,))
+  tiny = launch_sweep.Sweep("tiny", "configs/small.py", {}, (point,))
   workdir = tiny.workdir("gs://bucket/runs", point)
   stored = tmp_path / "store" / "bucket" / "runs" / "tiny" / "norm=pre"
   assert workdir == "gs://bucket/runs/tiny/norm=pre" and runs.status(workdir, steps=6) == runs.NOT_STARTED

@@ -1,4 +1,4 @@
-"""Every registered attention variant (`jformer attention list`) on the demo config, 100 steps each.
+"""Every registered attention variant (`jformer attention list`) on configs/small.py (the demo's model and data, fixed recipe), 100 steps each.
 
     python -m launch --sweep=configs/sweeps/attention_variants.py          # here, one point after another
     python -m launch.report --sweep=configs/sweeps/attention_variants.py   # runs/attention_variants/report.md
@@ -10,7 +10,7 @@ sentences) to take about two minutes per point on 2 CPU cores, about half of it 
 smoke test and a speed comparison of the variants (tokens/s), not a quality one.
 """
 
-BASE = "configs/demo.py"
+BASE = "configs/small.py"
 FIXED = {
     "data.spm_max_sentences": 30_000,  # SentencePiece on a sample: ~8s instead of ~1 min.
     "train.steps": 100,

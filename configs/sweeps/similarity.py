@@ -1,4 +1,4 @@
-"""The similarity function of attention (paper Sec. 3.2.1) on the demo config: scaled dot product, unscaled dot
+"""The similarity function of attention (paper Sec. 3.2.1) on configs/small.py: scaled dot product, unscaled dot
 product, bilinear ("general"), additive (Bahdanau) and cosine scores, everything else the demo's.
 
     python -m launch --sweep=configs/sweeps/similarity.py          # here, one point after another
@@ -12,7 +12,7 @@ than additive attention, the two perform alike for small d_k, and additive beats
 1/sqrt(d_k) scale for larger d_k (here d_k = 64); `general` and `cosine` are two learned alternatives
 (`jformer attention list`).
 
-The demo's data, vocabulary, model and recipe (batch 64 x 64, warm-up 300, no dropout) with `train.steps`
+configs/small.py (the demo's data, vocabulary and model; fixed recipe) (batch 64 x 64, warm-up 300, no dropout) with `train.steps`
 reduced from 600 to 300 (the end of the warm-up: the points are compared early in training, not converged), so
 that the five points take about 60 minutes on 2 CPU cores. The estimate, for an otherwise idle 2-core CPU: a
 demo step takes 1.4 s with dot_product (README); measured against it on the demo model, dot_product_unscaled,
@@ -24,7 +24,7 @@ above were measured at about half speed.
 
 from launch import sweep
 
-BASE = "configs/demo.py"
+BASE = "configs/small.py"
 SCORERS = ("dot_product", "dot_product_unscaled", "general", "additive", "cosine")
 FIXED = {
     "train.steps": 300,  # The demo's 600 halved: five points in about 60 minutes of 2 CPU cores.

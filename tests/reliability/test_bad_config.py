@@ -13,7 +13,7 @@ import pytest
 
 from jformer import main
 
-DEMO = "configs/demo.py"
+DEMO = "configs/small.py"
 
 
 def run_cli(argv, capsys):
@@ -95,7 +95,7 @@ def test_typo_in_config_file(project, repo_root, capsys):
 
 
 @pytest.mark.parametrize("text, fragments", [
-    (None, ["does not exist (pass e.g. --config=configs/demo.py)"]),
+    (None, ["does not exist (pass e.g. --config=configs/small.py)"]),
     ("from jformer.config import base_config\n\n\ndef get_config(:\n  return base_config()\n",
      ["does not parse: line 4: ", "(fix the Python syntax there)"]),
     ("from jformer.config import base_config\n\nCONFIG = base_config()\n",
@@ -140,7 +140,7 @@ def test_invalid_sweep_point_launches_nothing(project, capsys, point, fragments)
 
 def test_sweep_file_that_does_not_parse(project, capsys):
   sweep_file = project / "broken.py"
-  sweep_file.write_text("BASE = 'configs/demo.py'\n\n\ndef get_sweep(:\n  return []\n")
+  sweep_file.write_text("BASE = 'configs/small.py'\n\n\ndef get_sweep(:\n  return []\n")
   for command, prefix in (("launch", "launch: error: "), ("sweep-report", "launch.report: error: ")):
     status, err = run_cli([command, f"--sweep={sweep_file}", f"--root={project / 'runs'}"], capsys)
     assert_one_line_error(status, err, f"{prefix}sweep file '{sweep_file}' does not parse: line 4: ")

@@ -19,7 +19,7 @@ def flags(overrides: dict) -> list[str]:
 
 
 def train_args(repo_root, workdir, corpus, **extra) -> list[str]:
-  return ["train", f"--config={repo_root / 'configs' / 'demo.py'}", f"--workdir={workdir}",
+  return ["train", f"--config={repo_root / 'configs' / 'small.py'}", f"--workdir={workdir}",
           *flags(tiny_overrides(corpus, **extra))]
 
 

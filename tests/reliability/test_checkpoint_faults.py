@@ -30,7 +30,7 @@ from jformer.train.loop import train_and_evaluate
 def trained(tmp_path_factory, tiny_corpus):
   """A finished 6-step run with checkpoints 3 and 6."""
   workdir = tmp_path_factory.mktemp("trained") / "run"
-  train_and_evaluate(config_lib.load(REPO / "configs" / "demo.py", tiny_overrides(tiny_corpus)), str(workdir))
+  train_and_evaluate(config_lib.load(REPO / "configs" / "small.py", tiny_overrides(tiny_corpus)), str(workdir))
   return workdir
 
 
@@ -41,7 +41,7 @@ def run(trained, tmp_path):
 
 
 def train_args(workdir, corpus):
-  return (["train", f"--config={REPO / 'configs' / 'demo.py'}", f"--workdir={workdir}"]
+  return (["train", f"--config={REPO / 'configs' / 'small.py'}", f"--workdir={workdir}"]
           + [f"--config.{k}={v}" for k, v in tiny_overrides(corpus).items()])
 
 

@@ -19,7 +19,7 @@ POINT = "attention=dot_product"
 
 
 def write_sweep(path, fixed, points='sweep.axis("model.attention", ["dot_product"])'):
-  path.write_text(f"from launch import sweep\n\nBASE = 'configs/demo.py'\nFIXED = {fixed!r}\n\n"
+  path.write_text(f"from launch import sweep\n\nBASE = 'configs/small.py'\nFIXED = {fixed!r}\n\n"
                   f"def get_sweep():\n  return {points}\n")
   return path
 

@@ -20,7 +20,7 @@ from jformer.train.workdir_lock import LOCK_FILE, WorkdirInUseError, hold
 
 
 def load(corpus, **extra):
-  return config_lib.load(REPO / "configs" / "demo.py", tiny_overrides(corpus, **extra))
+  return config_lib.load(REPO / "configs" / "small.py", tiny_overrides(corpus, **extra))
 
 
 def wait_for(condition, process, seconds=240):
@@ -64,14 +64,14 @@ def test_a_second_train_is_refused_and_a_killed_train_leaves_no_stuck_lock(tiny_
   overrides = tiny_overrides(tiny_corpus, **{"train.steps": 10**6, "train.checkpoint_every": 2, "train.eval_every":
                                              10**6, "train.log_every": 10**6})
   first = subprocess.Popen(
-      [sys.executable, "-m", "jformer.main", "train", "--config=configs/demo.py", f"--workdir={workdir}",
+      [sys.executable, "-m", "jformer.main", "train", "--config=configs/small.py", f"--workdir={workdir}",
        *(f"--config.{key}={value}" for key, value in overrides.items())],
       cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   try:
     wait_for(lambda: any(path.name.isdigit() for path in (workdir / "checkpoints").glob("*")), first)
     config_json = (workdir / "config.json").read_text()
     with pytest.raises(SystemExit) as stop:  # the second job, in this process: flock locks are per open file.
-      main.main(["train", f"--config={REPO / 'configs' / 'demo.py'}", f"--workdir={workdir}",
+      main.main(["train", f"--config={REPO / 'configs' / 'small.py'}", f"--workdir={workdir}",
                  *(f"--config.{key}={value}" for key, value in {**overrides, "train.steps": 3}.items())])
     host = os.uname().nodename
     assert stop.value.code.startswith(f"jformer train: error: {workdir} is in use by another `jformer train` "
