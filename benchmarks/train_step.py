@@ -1,18 +1,18 @@
 """Train step throughput: tokens/s and CPU MFU for the TINY and BASE shapes, per attention variant.
 
 One jitted, donated train step of jformer's own `make_train_step` (paper Adam, label smoothing 0.1, dropout 0.1,
-random ids without padding) per (shape, attention, compute dtype: float32, and bfloat16 = `model.dtype`
-'bfloat16', products accumulated in float32, parameters and Adam state float32). Tokens/s counts source + target tokens; model FLOPs
-are the matmul formula of `common.Shape.forward_flops` x 3; XLA's `cost_analysis()` FLOPs are printed beside it
-(XLA counts the body of a while loop once: the output projection runs as a loop over target chunks, see
+random ids without padding) per (shape, attention, compute dtype: float32, and bfloat16 = `model.dtype` 'bfloat16',
+products accumulated in float32, parameters and Adam state float32). Tokens/s counts source + target tokens; model
+FLOPs are the matmul formula of `common.Shape.forward_flops` x 3; XLA's `cost_analysis()` FLOPs are printed beside
+it (XLA counts the body of a while loop once: the output projection runs as a loop over target chunks, see
 `jformer/ops/linear_cross_entropy.py`, so XLA's figure is lower). The peak matmul runs after every timed step
-(interleaved), in the row's dtype (bf16 x bf16 -> float32 for bfloat16), and each row's MFU divides by the median
-of those runs: the machine's speed drifts by 10%. Rows also give their FLOP/s over the float32 peak measured at
-the start ("of f32 peak"), which compares the dtypes on one scale.
-The default attention is `auto`; every other registered variant that supports the model runs too (the library
-kernels `cudnn`, `splash`, `pallas_gpu` run inside `auto`: the model refuses them as `model.attention`, they run
-no decode steps), with `AttentionVariant.runnable_options` (its defaults, and its
-`example_options` value for an option it requires); a variant with learned parameters gets them from the model.
+(interleaved), in the row's dtype (bf16 x bf16 -> float32 for bfloat16), and each row's MFU divides by the median of
+those runs: the machine's speed drifts by 10%. Rows also give their FLOP/s over the float32 peak measured at the
+start ("of f32 peak"), which compares the dtypes on one scale. The default attention is `auto`; every other
+registered variant that supports the model runs too (the library kernels `cudnn`, `splash`, `pallas_gpu` run inside
+`auto`: the model refuses them as `model.attention`, they run no decode steps), with
+`AttentionVariant.runnable_options` (its defaults, and its `example_options` value for an option it requires); a
+variant with learned parameters gets them from the model.
 
     python benchmarks/train_step.py                      # TINY and BASE, every variant (about 15 minutes)
     python benchmarks/train_step.py --shapes=TINY --variants=auto --dtypes=bfloat16 --reps=10
@@ -83,7 +83,8 @@ def measure(shape: common.Shape, variant: str, reps: int, probe, peak_flops: int
 
   timing, peak_timing = common.time_interleaved(run, probe, reps)
   tokens = shape.batch * (shape.source_length + shape.target_length)
-  return {"shape": shape.name, "dtype": jax.numpy.dtype(model_config.dtype).name, "attention": common.attention_label(variant, shape, model_config.dtype),
+  return {"shape": shape.name, "dtype": jax.numpy.dtype(model_config.dtype).name,
+          "attention": common.attention_label(variant, shape, model_config.dtype),
           "step_ms": timing.summary(1e3, 1),
           "tokens_per_s": round(tokens / timing.median), "model_gflop": round(shape.train_flops() / 1e9, 1),
           "xla_gflop": round((common.xla_flops(compiled) or 0) / 1e9, 1),
@@ -125,7 +126,8 @@ def main(argv=None):
   print(common.markdown_table(
       ["shape", "dtype", "attention", "step ms median (min-max)", "tokens/s", "model GFLOP", "XLA GFLOP", "GFLOP/s",
        "peak GFLOP/s (dtype)", "CPU MFU", "of f32 peak", "disturbed reps"],
-      [[r["shape"], r["dtype"], r["attention"], f"{r['step_ms']['median']} ({r['step_ms']['min']}-{r['step_ms']['max']})",
+      [[r["shape"], r["dtype"], r["attention"],
+        f"{r['step_ms']['median']} ({r['step_ms']['min']}-{r['step_ms']['max']})",
         f"{r['tokens_per_s']:,}", r["model_gflop"], r["xla_gflop"], r["model_gflop_per_s"], r["peak_gflop_per_s"],
         f"{100 * r['mfu']:.1f}%", f"{100 * r['mfu_of_float32_peak']:.1f}%",
         f"{r['step_ms']['disturbed']}/{r['step_ms']['reps']}"] for r in rows]))

@@ -1,4 +1,5 @@
-"""Every registered attention variant (`jformer attention list`) on configs/small.py (the demo's model and data, fixed recipe), 100 steps each.
+"""Every registered attention variant (`jformer attention list`) on configs/small.py (the demo's model and data,
+fixed recipe), 100 steps each.
 
     python -m launch --sweep=configs/sweeps/attention_variants.py          # here, one point after another
     python -m launch.report --sweep=configs/sweeps/attention_variants.py   # runs/attention_variants/report.md

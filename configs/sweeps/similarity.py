@@ -12,8 +12,8 @@ than additive attention, the two perform alike for small d_k, and additive beats
 1/sqrt(d_k) scale for larger d_k (here d_k = 64); `general` and `cosine` are two learned alternatives
 (`jformer attention list`).
 
-configs/small.py (the demo's data, vocabulary and model; fixed recipe) (batch 64 x 64, warm-up 300, no dropout) with `train.steps`
-reduced from 600 to 300 (the end of the warm-up: the points are compared early in training, not converged), so
+configs/small.py (the demo's data, vocabulary and model; batch 64 x 64, warm-up 300, no dropout) with
+`train.steps` reduced from 600 to 300 (the end of the warm-up: the points are compared early in training, not converged), so
 that the five points take about 60 minutes on 2 CPU cores. The estimate, for an otherwise idle 2-core CPU: a
 demo step takes 1.4 s with dot_product (README); measured against it on the demo model, dot_product_unscaled,
 general and cosine take 0.8-1.05x that and additive 2.1x (its `[B, H, cq, ck, hidden]` tanh block): training

@@ -6,6 +6,7 @@ Shapes: B batch, L (or T/S) length, D d_model, H heads, G key/value heads, K hea
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -16,15 +17,6 @@ from jformer.models import plugin_params
 from jformer.ops import dropout as dropout_op
 from jformer.ops import matmul
 from jformer.models.config import TransformerConfig
-
-dense_init = nn.initializers.xavier_uniform()
-
-
-def dense_precision(cfg: TransformerConfig) -> dict:
-  """The `dtype` and `dot_general` of a dense layer: its matmuls, forward and backward, multiply in `cfg.dtype`
-  and accumulate in float32 (`jformer.ops.matmul`); its output is `cfg.dtype`."""
-  return dict(dtype=cfg.dtype, dot_general=matmul.dot_general)
-
 
 def logical(init, *axes):
   """`init` for a parameter whose dimensions carry logical axis names (mesh axes: jformer.parallel.mesh)."""
@@ -131,44 +123,50 @@ CROSS_KEY = "cross_key"
 CROSS_VALUE = "cross_value"
 
 
-class HeadsProjection(nn.Module):
-  """The parameters of x W + b, `[..., D] -> [..., heads, K]`: `kernel` `[D, heads, K]` and `bias` `[heads, K]`
-  (`nn.DenseGeneral`'s names, shapes and initial values), returned unapplied so that `project` can compute several
-  projections of one input as one matmul."""
-  d_model: int
-  heads: int
-  head_dim: int
-  heads_axis: str  # logical axis of the heads dimension: 'heads' or 'kv_heads'.
+class Dense(nn.Module):
+  """x W + b over x's trailing axes `in_shape` -> `out_shape`: `kernel` `[*in_shape, *out_shape]` and `bias`
+  `[*out_shape]` (`nn.Dense`/`nn.DenseGeneral`'s names, shapes and initial values: Xavier-uniform over the flattened
+  fans, zeros). The products run in `dtype` with float32 accumulation (`jformer.ops.matmul`), the bias gradient as a
+  product too (`matmul.add_bias`). `project` runs several of one input as one matmul."""
+  in_shape: tuple[int, ...]
+  out_shape: tuple[int, ...]
+  axes: tuple[str, ...]  # logical axis names of the kernel's dimensions; the bias takes the output ones.
+  dtype: Any = jnp.float32
   use_bias: bool = True
 
-  @nn.compact
-  def __call__(self) -> tuple[jax.Array, jax.Array | None]:
-    kernel_init = nn.initializers.xavier_uniform(in_axis=0, out_axis=(1, 2))  # fans D and heads * K.
-    kernel = self.param("kernel", logical(kernel_init, "embed", self.heads_axis, "head_dim"),
-                        (self.d_model, self.heads, self.head_dim), jnp.float32)
-    bias = self.param("bias", logical(nn.initializers.zeros, self.heads_axis, "head_dim"),
-                      (self.heads, self.head_dim), jnp.float32) if self.use_bias else None
-    return kernel, bias
+  def setup(self):
+    fans_in = tuple(range(len(self.in_shape)))
+    init = nn.initializers.xavier_uniform(in_axis=fans_in, out_axis=tuple(range(len(fans_in), len(self.axes))))
+    self.kernel = self.param("kernel", logical(init, *self.axes), (*self.in_shape, *self.out_shape), jnp.float32)
+    self.bias = self.param("bias", logical(nn.initializers.zeros, *self.axes[len(fans_in):]), self.out_shape,
+                           jnp.float32) if self.use_bias else None
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """`[..., *in_shape]` -> `[..., *out_shape]` in `dtype`."""
+    return project(x, (self,), self.dtype)[0]
 
 
-def project(x_BxLxD: jax.Array, projections: tuple[HeadsProjection, ...], dtype) -> list[jax.Array]:
-  """`[x W_i + b_i for each projection]`, each `[B, L, heads, K]` in `dtype`, as one matmul of x by the kernels
-  stacked `[D, n, heads, K]` (they must have the same number of heads): Q, K and V of self-attention read x once,
-  in one large product instead of three small ones (fewer, larger ops: faster on CPU, and while decoding)."""
-  kernels, biases = zip(*(projection() for projection in projections))
-  kernel_DxNxHxK = jnp.stack(kernels, axis=1).astype(dtype)
-  y_BxLxNxHxK = matmul.dot_general(x_BxLxD.astype(dtype), kernel_DxNxHxK, (((x_BxLxD.ndim - 1,), (0,)), ((), ())))
-  return [y_BxLxNxHxK[..., i, :, :] + (0 if bias is None else bias.astype(dtype)) for i, bias in enumerate(biases)]
+def project(x: jax.Array, denses: tuple[Dense, ...], dtype) -> list[jax.Array]:
+  """`[x W_i + b_i for each Dense]` in `dtype`, as one matmul of x by the kernels stacked after their input axes
+  (the `Dense`s must have the same shapes): Q, K and V of self-attention read x once, in one large product
+  instead of three small ones (fewer, larger ops: faster on CPU, and while decoding)."""
+  inputs = len(denses[0].in_shape)
+  kernel = jnp.stack([dense.kernel for dense in denses], axis=inputs).astype(dtype)
+  contract = tuple(range(x.ndim - inputs, x.ndim))
+  y = matmul.dot_general(x.astype(dtype), kernel, ((contract, tuple(range(inputs))), ((), ())))
+  parts = [jax.lax.index_in_dim(y, i, x.ndim - inputs, keepdims=False) for i in range(len(denses))]
+  return [part if dense.bias is None else matmul.add_bias(part, dense.bias.astype(dtype))
+          for dense, part in zip(denses, parts)]
 
 
 class MultiHeadAttention(nn.Module):
   """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (eq. 4-5).
 
-  The attention itself is the registry function named by `config.attention`. Self-attention when
-  `inputs_kv` is None: its Q, K and V projections run as one matmul (`project`; K and V as one with
-  grouped-query attention, and in encoder-decoder attention). With `decode=True`, self-attention appends its keys/values to a cache of the length the
-  module was initialised with, and queries attend to the filled part; encoder-decoder attention projects the
-  encoder output once, when the cache is created, and reads it from the cache.
+  The attention itself is the registry function named by `config.attention`. Self-attention when `inputs_kv` is None:
+  its Q, K and V projections run as one matmul (`project`; K and V as one with grouped-query attention, and in
+  encoder-decoder attention). With `decode=True`, self-attention appends its keys/values to a cache of the length the
+  module was initialised with, and queries attend to the filled part; encoder-decoder attention projects the encoder
+  output once, when the cache is created, and reads it from the cache.
 
   Grouped-query attention (Ainslie et al. 2023): keys and values are projected to G = `config.kv_heads`
   heads (G = 1: multi-query, Shazeer 2019), query head h using key/value head h // (H / G); the cache holds
@@ -196,10 +194,11 @@ class MultiHeadAttention(nn.Module):
   def __call__(self, inputs_q_BxTxD, inputs_kv_BxSxD=None, *, q_segment_ids=None, kv_segment_ids=None,
                q_positions=None, kv_positions=None, deterministic: bool = True, decode: bool = False):
     cfg = self.config
-    query = HeadsProjection(cfg.d_model, cfg.num_heads, cfg.head_dim, "heads", name="query")
+    heads = lambda n, axis, name, use_bias=True: Dense((cfg.d_model,), (n, cfg.head_dim), ("embed", axis, "head_dim"),
+                                                       cfg.dtype, use_bias, name=name)
+    query = heads(cfg.num_heads, "heads", "query")
     # No key bias: q.(k + b) shifts every logit of a query equally, which softmax ignores (its gradient is 0).
-    key = HeadsProjection(cfg.d_model, cfg.kv_heads, cfg.head_dim, "kv_heads", use_bias=False, name="key")
-    value = HeadsProjection(cfg.d_model, cfg.kv_heads, cfg.head_dim, "kv_heads", name="value")
+    key, value = heads(cfg.kv_heads, "kv_heads", "key", use_bias=False), heads(cfg.kv_heads, "kv_heads", "value")
     if inputs_kv_BxSxD is None and cfg.kv_heads == cfg.num_heads:  # self-attention: Q, K and V in one matmul.
       query_BxTxHxK, *key_value = project(inputs_q_BxTxD, (query, key, value), cfg.dtype)
       project_kv = lambda: key_value
@@ -239,9 +238,8 @@ class MultiHeadAttention(nn.Module):
                              dropout_rng=dropout_rng)
     if self.is_mutable_collection("intermediates") and not self.is_initializing() and variant.weights:
       self.sow("intermediates", "attention_weights", variant.weights(query_BxTxHxK, key_BxSxGxK, **masking, **options))
-    return nn.DenseGeneral(cfg.d_model, axis=(-2, -1), kernel_init=logical(dense_init, "heads", "head_dim", "embed"),
-                           bias_init=logical(nn.initializers.zeros, "embed"), name="out",
-                           **dense_precision(cfg))(out_BxTxHxK)
+    return Dense((cfg.num_heads, cfg.head_dim), (cfg.d_model,), ("heads", "head_dim", "embed"), cfg.dtype,
+                 name="out")(out_BxTxHxK)
 
   def _cross_attention_cache(self, project_kv):
     """Encoder-decoder keys and values `[B, S, G, K]` while decoding: projected once, when the cache is created
@@ -292,11 +290,9 @@ class FeedForward(nn.Module):
   @nn.compact
   def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
     cfg = self.config
-    h_BxLxF = nn.Dense(cfg.d_ff, kernel_init=logical(dense_init, "embed", "mlp"),
-                       bias_init=logical(nn.initializers.zeros, "mlp"), name="wi", **dense_precision(cfg))(x_BxLxD)
+    h_BxLxF = Dense((cfg.d_model,), (cfg.d_ff,), ("embed", "mlp"), cfg.dtype, name="wi")(x_BxLxD)
     h_BxLxF = nn.relu(h_BxLxF) if cfg.activation == "relu" else nn.gelu(h_BxLxF)
-    return nn.Dense(cfg.d_model, kernel_init=logical(dense_init, "mlp", "embed"),
-                    bias_init=logical(nn.initializers.zeros, "embed"), name="wo", **dense_precision(cfg))(h_BxLxF)
+    return Dense((cfg.d_ff,), (cfg.d_model,), ("mlp", "embed"), cfg.dtype, name="wo")(h_BxLxF)
 
 
 class Dropout(nn.Module):

@@ -13,8 +13,8 @@ import jax.numpy as jnp
 from jformer import positional
 from jformer.models import remat as remat_lib
 from jformer.models.config import TransformerConfig
-from jformer.models.layers import (AddPositions, AttentionBias, Dropout, Embed, FeedForward, MultiHeadAttention, layer_norm,
-                                   residual)
+from jformer.models.layers import (AddPositions, AttentionBias, Dropout, Embed, FeedForward, MultiHeadAttention,
+                                   layer_norm, residual)
 
 
 def shift_right(x_BxL: jax.Array, segmentation_BxL: jax.Array | None = None) -> jax.Array:

@@ -66,3 +66,29 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers, precision=Non
   out_dtype = out_dtype or preferred_element_type or lhs.dtype
   y = matmul(x, w, jnp.dtype(out_dtype))
   return y.reshape([lhs.shape[axis] for axis in lhs_kept] + [rhs.shape[axis] for axis in rhs_kept])
+
+
+@jax.custom_vjp
+def add_bias(y: jax.Array, bias: jax.Array) -> jax.Array:
+  """`y + bias`, `[..., N] + [N]` (or `[..., *S] + [*S]`), whose bias gradient, the sum of the cotangent over the
+  leading axes, is computed as a product with a vector of ones (accumulated in float32): XLA:CPU rewrites a large
+  reduction of a bfloat16 array into a slow windowed reduction (8 ms for a [2048, 1024] one, a fifth of a TINY
+  bfloat16 train step in all), where the matmul takes well under a millisecond. `y` and `bias` of one dtype."""
+  if y.dtype != bias.dtype or y.shape[y.ndim - bias.ndim:] != bias.shape:
+    raise ValueError(f"add_bias needs y [..., *S] and bias [*S] of one dtype; got {y.shape} {y.dtype} and "
+                     f"{bias.shape} {bias.dtype}")
+  return y + bias
+
+
+def _add_bias_forward(y, bias):
+  return add_bias(y, bias), bias
+
+
+def _add_bias_backward(bias, g):
+  g_MxN = g.reshape(-1, bias.size)
+  ones_M = jnp.ones((g_MxN.shape[0],), g.dtype)
+  dbias = lax.dot_general(ones_M, g_MxN, (((0,), (0,)), ((), ())), preferred_element_type=jnp.float32)
+  return g, dbias.reshape(bias.shape).astype(bias.dtype)
+
+
+add_bias.defvjp(_add_bias_forward, _add_bias_backward)
