@@ -95,7 +95,7 @@ def test_typo_in_config_file(project, repo_root, capsys):
 
 
 @pytest.mark.parametrize("text, fragments", [
-    (None, ["does not exist (pass e.g. --config=configs/small.py)"]),
+    (None, ["does not exist (pass e.g. --config=configs/demo.py)"]),
     ("from jformer.config import base_config\n\n\ndef get_config(:\n  return base_config()\n",
      ["does not parse: line 4: ", "(fix the Python syntax there)"]),
     ("from jformer.config import base_config\n\nCONFIG = base_config()\n",
