@@ -68,8 +68,14 @@ def dot_general(lhs: jax.Array, rhs: jax.Array, dimension_numbers, precision=Non
   return y.reshape([lhs.shape[axis] for axis in lhs_kept] + [rhs.shape[axis] for axis in rhs_kept])
 
 
-@jax.custom_vjp
 def add_bias(y: jax.Array, bias: jax.Array) -> jax.Array:
+  """`y + bias`; for a narrow dtype (bfloat16) with the bias gradient as a product (`_add_bias_by_product`: faster
+  and more accurate there), for float32 with XLA's own reduction (8x more accurate than its ones-vector product)."""
+  return y + bias if y.dtype == jnp.float32 else _add_bias_by_product(y, bias)
+
+
+@jax.custom_vjp
+def _add_bias_by_product(y: jax.Array, bias: jax.Array) -> jax.Array:
   """`y + bias`, `[..., N] + [N]` (or `[..., *S] + [*S]`), whose bias gradient, the sum of the cotangent over the
   leading axes, is computed as a product with a vector of ones (accumulated in float32): XLA:CPU rewrites a large
   reduction of a bfloat16 array into a slow windowed reduction (8 ms for a [2048, 1024] one, a fifth of a TINY
@@ -81,7 +87,7 @@ def add_bias(y: jax.Array, bias: jax.Array) -> jax.Array:
 
 
 def _add_bias_forward(y, bias):
-  return add_bias(y, bias), bias
+  return _add_bias_by_product(y, bias), bias
 
 
 def _add_bias_backward(bias, g):
@@ -91,4 +97,4 @@ def _add_bias_backward(bias, g):
   return g, dbias.reshape(bias.shape).astype(bias.dtype)
 
 
-add_bias.defvjp(_add_bias_forward, _add_bias_backward)
+_add_bias_by_product.defvjp(_add_bias_forward, _add_bias_backward)
