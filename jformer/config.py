@@ -89,6 +89,9 @@ def base_config() -> ml_collections.ConfigDict:
   config.optimizer = optimizer = ml_collections.ConfigDict()
   optimizer.learning_rate_scale = 1.0  # lr = scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (eq. 3).
   optimizer.warmup_steps = 4000  # Paper: 4000.
+  # Last fraction of the run's steps (train.steps, or a time budget's plan) over which the learning rate ramps
+  # linearly down to 0 (rsqrt + cool-down, Zhai et al. 2022); 0 = off (paper). At most 0.5.
+  optimizer.cooldown_fraction = 0.0
   optimizer.b1 = 0.9  # Adam beta1 (paper: 0.9).
   optimizer.b2 = 0.98  # Adam beta2 (paper: 0.98).
   optimizer.eps = 1e-9  # Adam epsilon (paper: 1e-9).
@@ -323,6 +326,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
   if config.train.average_checkpoints > config.train.keep_checkpoints:
     problems.append(f"train.average_checkpoints={config.train.average_checkpoints} needs train.keep_checkpoints "
                     f">= it (now {config.train.keep_checkpoints})")
+  if not 0 <= config.optimizer.cooldown_fraction <= 0.5:
+    problems.append(f"optimizer.cooldown_fraction={config.optimizer.cooldown_fraction} is not in [0, 0.5]: the "
+                    "cool-down must start after a time budget's planning steps (0 = off)")
   if config.train.budget_minutes and config.train.bleu_every:
     problems.append(f"train.bleu_every={config.train.bleu_every} decodes during training, which a time budget cannot "
                     f"plan for (train.budget_minutes={config.train.budget_minutes:g}); set train.bleu_every=0")

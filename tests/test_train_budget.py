@@ -77,6 +77,9 @@ def test_budget_config_is_validated(repo_root, tiny_corpus):
   with pytest.raises(ValueError, match=r"train.bleu_every=100 decodes during training, which a time budget cannot "
                                        r"plan for \(train.budget_minutes=15\); set train.bleu_every=0"):
     load(repo_root, tiny_corpus, **{"train.budget_minutes": 15, "train.bleu_every": 100})
+  with pytest.raises(ValueError, match=r"optimizer.cooldown_fraction=0.6 is not in \[0, 0.5\]: the cool-down must "
+                                       r"start after a time budget's planning steps \(0 = off\)"):
+    load(repo_root, tiny_corpus, **{"optimizer.cooldown_fraction": 0.6})
   config = load(repo_root, tiny_corpus, **{"train.budget_minutes": "15"})  # typed on a command line: a float.
   assert config.train.budget_minutes == 15.0 and isinstance(config.train.budget_minutes, float)
 
@@ -108,6 +111,30 @@ def test_budget_too_small_stops_after_measuring_and_stores_no_plan(repo_root, ti
   assert "step     10/? |" in out and "ETA --" in out  # before the plan: no total, no ETA.
   assert "eval step 12: loss" in out  # the timed evaluation.
   assert not (tmp_path / "budget.json").exists() and not list((tmp_path / "checkpoints").glob("*"))
+
+
+@pytest.mark.slow
+def test_cooldown_of_a_budget_run_ends_at_the_plan_like_a_run_of_that_many_steps(repo_root, tiny_corpus, tmp_path,
+                                                                                     capsys):
+  cooldown = {"optimizer.cooldown_fraction": 0.25, "train.budget_minutes": 0.5}  # compiling twice takes ~15 s.
+  budgeted = train_and_evaluate(load(repo_root, tiny_corpus, **budget_overrides(**cooldown)), tmp_path / "budget")
+  out = capsys.readouterr().out
+  match = re.search(r"per evaluation \(every 1000 steps and at the end\), (\d+\.\d)s to compile the cool-down "
+                    r"schedule -> (\d+) steps planned", out)
+  assert match, out[-3000:]
+  planned = int(match.group(2))
+  assert budgeted["step"] == planned and 0 < float(match.group(1)) < 60
+  last_rate = float(re.search(rf"^step {planned:>6}/{planned} \| .* \| lr (\S+) \|", out, re.M).group(1))
+  eq3 = 32**-0.5 * min(planned**-0.5, planned * 10**-1.5)  # tiny model: d_model 32.
+  assert last_rate == pytest.approx(eq3 / round(0.25 * planned), rel=5e-3)  # the ramp's last factor, 1/C.
+
+  # The same parameters as train.steps=<planned> with the cool-down known from the start.
+  steps = train_and_evaluate(load(repo_root, tiny_corpus, **budget_overrides(**{
+      **cooldown, "train.budget_minutes": 0.0, "train.steps": planned})), tmp_path / "steps")
+  assert steps["step"] == planned
+  for a, b in zip(jax.tree.leaves(final_params(tmp_path / "budget")[1]),
+                  jax.tree.leaves(final_params(tmp_path / "steps")[1]), strict=True):
+    np.testing.assert_allclose(a, b, atol=1e-6)
 
 
 def train_command(corpus, workdir, **extra) -> list[str]:

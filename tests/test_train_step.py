@@ -32,6 +32,19 @@ def test_paper_schedule_matches_equation_3():
   assert float(optim.paper_schedule(512, 4000, scale=2.0)(99)) == pytest.approx(2 * float(schedule(99)))
 
 
+def test_cooldown_ramps_equation_3_linearly_over_the_last_steps():
+  eq3 = optim.paper_schedule(256, 30)
+  cooled = optim.paper_schedule(256, 30, total_steps=100, cooldown_fraction=0.2)  # the last 20 steps: 81..100.
+  rates = np.asarray([float(cooled(step - 1)) for step in range(1, 101)])
+  want = np.asarray([float(eq3(step - 1)) * min(1.0, (101 - step) / 20) for step in range(1, 101)])
+  np.testing.assert_allclose(rates, want, rtol=1e-6)
+  np.testing.assert_array_equal(rates[:80], [float(eq3(step)) for step in range(80)])  # untouched before step 81.
+  assert rates[80] == pytest.approx(float(eq3(80)), rel=1e-6)  # step 81: factor 20/20.
+  assert rates[-1] == pytest.approx(float(eq3(99)) / 20, rel=1e-6)  # the last update still moves (factor 1/20).
+  assert np.all(np.diff(rates[30:]) < 0)
+  assert float(optim.paper_schedule(256, 30, total_steps=None, cooldown_fraction=0.2)(90)) == float(eq3(90))
+
+
 def test_packed_rows_give_the_same_per_example_loss(repo_root):
   config = tiny_config(repo_root)
   model = models.build(config)

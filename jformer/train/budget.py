@@ -11,13 +11,16 @@ the final test (BLEU, bits per byte) are outside. In order:
      then once more, timed: seconds per evaluation.
   5. `plan_steps` fixes the total: the most steps whose estimated time (steps, the periodic evaluations and the
      one at the last step) fits the budget left. One line logs it; `<workdir>/budget.json` stores it.
+  6. with `optimizer.cooldown_fraction` > 0 the schedule's cool-down needs the total, so the loop compiles the
+     train and eval steps once more after planning; the plan reserves the time their first compilations took.
 
 `results.json` records the plan and the seconds counted (`budget_wall_seconds`: of this process's run, so a resumed
 run counts from its resume).
 
 The plan then replaces `train.steps`. The learning-rate schedule (paper eq. 3, `jformer.train.optim`) depends on the
-step number only, not on the total, so the measured steps are the run's first steps and the plan changes no
-learning rate; `optimizer.warmup_steps` stays in steps (a plan shorter than the warm-up is logged: the run ends
+step number only up to its optional cool-down (the last `optimizer.cooldown_fraction` of the planned steps, which
+start after the planning step), so the measured steps are the run's first steps and the plan changes none of their
+learning rates; `optimizer.warmup_steps` stays in steps (a plan shorter than the warm-up is logged: the run ends
 before the peak learning rate). Periodic checkpoint saves are asynchronous: the part that blocks the loop (copying
 the state off the device; 2-4 s for Orbax's first save on this machine kind) counts but is not planned for.
 
@@ -123,6 +126,8 @@ class Budget:
   def __init__(self, config, workdir: epath.PathLike, start_step: int):
     self.minutes = float(config.train.budget_minutes)
     self.eval_every, self.warmup_steps = config.train.eval_every, config.optimizer.warmup_steps
+    self.recompiles = bool(config.optimizer.cooldown_fraction)  # the loop compiles the steps again after the plan.
+    self._created = time.perf_counter()  # just before the first (compiling) step.
     self.path = epath.Path(workdir) / PLAN_FILE
     self.start_step, self.plan_step = start_step, start_step + WARMUP_STEPS + MEASURE_STEPS
     self._clock = self._measure_start = None
@@ -139,6 +144,7 @@ class Budget:
       return False
     if step == self.start_step + 1:
       self._clock = _now_after(state)
+      self._first_step_seconds = self._clock - self._created
     if self.total_steps is not None:
       return False
     if step == self.start_step + WARMUP_STEPS:
@@ -152,6 +158,11 @@ class Budget:
     evaluate(False)
     eval_seconds = time.perf_counter() - evaluated
     spent = time.perf_counter() - self._clock + self.start_step * step_seconds  # steps of a stopped run, re-timed.
+    compile_seconds = 0.0
+    if self.recompiles:  # the first step and first evaluation less their steady times: what compiling them took.
+      compile_seconds = (max(self._first_step_seconds - step_seconds, 0.0)
+                         + max(evaluated - now - eval_seconds, 0.0))
+      spent += compile_seconds
     if jax.process_count() > 1:  # every process plans from process 0's times: the same steps, or the same error.
       step_seconds, eval_seconds, spent = (float(x) for x in multihost_utils.broadcast_one_to_all(
           np.asarray([step_seconds, eval_seconds, spent], np.float32)))
@@ -159,12 +170,14 @@ class Budget:
                                   step_seconds=step_seconds, eval_seconds=eval_seconds, eval_every=self.eval_every,
                                   min_steps=max(MIN_STEPS, step + 1))
     self.plan = {"budget_minutes": self.minutes, "planned_steps": self.total_steps, "step_seconds": step_seconds,
-                 "eval_seconds": eval_seconds, "planned_at_step": step, "measured_steps": MEASURE_STEPS}
+                 "eval_seconds": eval_seconds, "compile_seconds": compile_seconds, "planned_at_step": step,
+                 "measured_steps": MEASURE_STEPS}
     write_json(self.path, self.plan)
     short = (f"; fewer than optimizer.warmup_steps={self.warmup_steps}: the learning rate stops before its peak"
              if self.total_steps < self.warmup_steps else "")
     say(f"budget: {step_seconds:.4f}s per step (mean of steps {step - MEASURE_STEPS + 1}-{step}), "
-        f"{eval_seconds:.2f}s per evaluation (every {self.eval_every} steps and at the end) -> {self.total_steps} "
+        f"{eval_seconds:.2f}s per evaluation (every {self.eval_every} steps and at the end)"
+        f"{f', {compile_seconds:.1f}s to compile the cool-down schedule' if self.recompiles else ''} -> {self.total_steps} "
         f"steps planned for train.budget_minutes={self.minutes:g} (replaces train.steps; stored in {self.path})"
         f"{short}")
     return True

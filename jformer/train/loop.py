@@ -124,9 +124,14 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
   preemption.check("while reading the data")
 
   model = models.build(config)
-  tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
   example = {k: jnp.zeros((1, config.data.max_length), jnp.int32) for k in ("inputs", "targets")}
-  runner = make_runner(config, model, tx, schedule, example)
+
+  def runner_for(total_steps):  # its learning rate cools down over the last steps of total_steps (None: unknown).
+    tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model, total_steps)
+    return make_runner(config, model, tx, schedule, example)
+
+  schedule_steps = None if config.train.budget_minutes else config.train.steps
+  runner = runner_for(schedule_steps)
   state = runner.init_state(jax.random.PRNGKey(config.train.seed))
   num_params = sum(x.size for x in jax.tree.leaves(runner.checkpoint_view(state).params))
   say(f"model: {num_params / 1e6:.2f}M parameters, {jnp.dtype(model.config.dtype).name} compute "
@@ -141,6 +146,15 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
   start_step = int(runner.checkpoint_view(state).step)
 
   budget = Budget(config, workdir, start_step)  # train.steps, or train.budget_minutes's plan (None until made).
+
+  def rescheduled(runner):  # a cool-down needs the planned total: the steps compile again (the plan reserved it).
+    nonlocal schedule_steps
+    if not config.optimizer.cooldown_fraction or budget.total_steps == schedule_steps:
+      return runner
+    schedule_steps = budget.total_steps
+    return runner_for(schedule_steps)
+
+  runner = rescheduled(runner)  # resumed with a stored plan: nothing compiled yet.
   progress = Progress(workdir, budget.total_steps, start_step)
   results = {"step": start_step, "skipped_updates": int(runner.checkpoint_view(state).skipped_updates)}
   totals, unread = runner.new_totals(), start_step + 1  # metrics of steps unread..step, summed on device.
@@ -169,6 +183,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
       totals = runner.add_to_totals(totals, metrics)
       progress.step(input_tokens, timed=step > start_step + 1)  # the first step includes compilation.
       evaluated = budget.after_step(step, state, lambda log: evaluate(step, log))  # planning: times an evaluation.
+      runner = rescheduled(runner)
       progress.total_steps = budget.total_steps
       preempted = preemption.reached(step, checkpointer)
       last = step == budget.total_steps
