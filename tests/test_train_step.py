@@ -142,3 +142,23 @@ def test_tiny_model_overfits_16_pairs_until_greedy_reproduces_them(repo_root, ti
   assert float(metrics["accuracy"]) == 1.0, (int(state.step), float(metrics["loss"]))
   translations = Translator(model, state.params, tokenizer, method="greedy", batch_size=16)(sources)
   assert [(t, s) for t, s in zip(translations, targets) if t != s] == []
+
+
+def test_bfloat16_train_step_of_a_small_model_runs_and_learns(repo_root):
+  """A bfloat16 step of a model small enough that XLA:CPU runs some of its products outside its bf16 kernels:
+  every bf16 x bf16 -> f32 product left must be one its runtime has (the fused head's embedding gradient once was
+  not: "Unsupported element type for DotThunk::Execute: BF16 x BF16 = F32")."""
+  config = tiny_config(repo_root, **{"model.vocab_size": 512, "model.d_model": 64, "model.d_ff": 128,
+                                     "model.num_encoder_layers": 1, "model.num_decoder_layers": 1,
+                                     "model.dtype": "bfloat16", "model.dropout_rate": 0.0})
+  model = models.build(config)
+  tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
+  rng = np.random.default_rng(0)
+  batch = {k: jnp.asarray(rng.integers(3, 512, (2, 16)), jnp.int32) for k in ("inputs", "targets")}
+  state = init_train_state(model, tx, jax.random.PRNGKey(0), batch)
+  step = jax.jit(make_train_step(model, tx, schedule, label_smoothing=0.0))
+  losses = []
+  for _ in range(20):
+    state, metrics = step(state, batch)
+    losses.append(float(metrics["loss"]))
+  assert np.isfinite(losses).all() and losses[-1] < 0.5 * losses[0], losses

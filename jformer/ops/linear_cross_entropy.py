@@ -101,16 +101,16 @@ def _scan_chunks(label_smoothing: float, chunk_length: int, hidden, embedding, t
                                    - jnp.where(target_BxCxV, confidence - low, 0.0))
     dz_BxCxV = dz_BxCxV.astype(hidden.dtype)
     grad_h_BxCxD = jnp.einsum("bcv,vd->bcd", dz_BxCxV, table, preferred_element_type=jnp.float32)
-    grad_table += jnp.einsum("bcd,bcv->dv", h_BxCxD, dz_BxCxV, preferred_element_type=jnp.float32)
+    grad_table += jnp.einsum("bcv,bcd->vd", dz_BxCxV, h_BxCxD, preferred_element_type=jnp.float32)
     return (loss_sum, correct_sum, grad_table), grad_h_BxCxD.astype(hidden.dtype)
 
-  grad_table = jnp.zeros((embedding.shape[1], vocab) if with_grads else (), jnp.float32)
+  grad_table = jnp.zeros(embedding.shape if with_grads else (), jnp.float32)
   init = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32), grad_table)
   xs = tuple(_chunks(x, chunk_length) for x in (hidden, targets, weights))
   (loss_sum, correct_sum, grad_table), grad_hidden = lax.scan(chunk, init, xs)
   if not with_grads:
     return (loss_sum, correct_sum), None
-  return (loss_sum, correct_sum), (_unchunk(grad_hidden, hidden.shape[1]), grad_table.T.astype(embedding.dtype))
+  return (loss_sum, correct_sum), (_unchunk(grad_hidden, hidden.shape[1]), grad_table.astype(embedding.dtype))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
