@@ -310,6 +310,9 @@ def test_example_sweeps_expand(repo_root, monkeypatch):
   heads = sweep.load("configs/sweeps/heads_ablation.py")
   assert [p.name for p in heads.points] == [f"num_heads={h},d_model=512" for h in (1, 4, 8, 16, 32)]
   assert heads.base == "configs/transformer_base.py"
+  dtypes = sweep.load("configs/sweeps/demo_dtypes.py")  # equal steps, no time budget: only the dtype differs.
+  assert [p.name for p in dtypes.points] == ["dtype=float32", "dtype=bfloat16"] and dtypes.base == "configs/demo.py"
+  assert all(p.steps == 717 for p in dtypes.points) and dtypes.fixed["train.budget_minutes"] == 0.0
 
 
 def synthetic_sweep(root: pathlib.Path, name: str, results: dict) -> sweep.Sweep:

@@ -173,11 +173,12 @@ class Budget:
                  "eval_seconds": eval_seconds, "compile_seconds": compile_seconds, "planned_at_step": step,
                  "measured_steps": MEASURE_STEPS}
     write_json(self.path, self.plan)
+    compiling = f", {compile_seconds:.1f}s to compile the cool-down schedule" if self.recompiles else ""
     short = (f"; fewer than optimizer.warmup_steps={self.warmup_steps}: the learning rate stops before its peak"
              if self.total_steps < self.warmup_steps else "")
     say(f"budget: {step_seconds:.4f}s per step (mean of steps {step - MEASURE_STEPS + 1}-{step}), "
         f"{eval_seconds:.2f}s per evaluation (every {self.eval_every} steps and at the end)"
-        f"{f', {compile_seconds:.1f}s to compile the cool-down schedule' if self.recompiles else ''} -> {self.total_steps} "
+        f"{compiling} -> {self.total_steps} "
         f"steps planned for train.budget_minutes={self.minutes:g} (replaces train.steps; stored in {self.path})"
         f"{short}")
     return True

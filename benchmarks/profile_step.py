@@ -1,0 +1,102 @@
+"""Where a train step's time goes: `jax.profiler` trace of compiled train steps, XLA:CPU op time by kind.
+
+The TINY or BASE step of `train_step.py` (attention `auto`, dropout 0.1, label smoothing 0.1, Adam) in each dtype:
+three warm steps, then three traced ones; prints per op kind (the thunk names of the trace with their numeric
+suffix removed, e.g. `ynn_fusion` = products XLA hands to its matmul library, `transpose_copy_fusion`, `dot`)
+the milliseconds per step and the share of all op time, and the step's matmul FLOPs over the time of the
+matmul kinds. Op time can exceed the step time where XLA runs two ops at once on the two cores.
+
+    python benchmarks/profile_step.py [--shape=TINY] [--dtypes=float32,bfloat16] [--top=12] [--json=profile_step.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import re
+import tempfile
+import time
+
+import common
+
+TRACED_STEPS = 3
+# Op kinds that are matrix products (the FLOPs of `Shape.train_flops` run in them).
+MATMUL_KINDS = ("ynn_fusion", "dot", "dot_general", "xnn_fusion", "onednn")
+# Trace events that wrap ops (executors, thread pools, the jitted call): not counted as op time.
+WRAPPERS = ("ThunkExecutor", "$", "PjitFunction", "SlinkyThreadPool", "TraceMe", "XlaModule")
+
+
+def op_times(trace_dir: str) -> collections.Counter:
+  """{op kind: microseconds over all traced steps} from the Perfetto trace in `trace_dir`."""
+  path = glob.glob(f"{trace_dir}/**/*perfetto_trace.json.gz", recursive=True)[0]
+  with gzip.open(path) as f:
+    trace = json.load(f)
+  events = trace["traceEvents"] if isinstance(trace, dict) else trace
+  kinds = collections.Counter()
+  for event in events:
+    if event.get("ph") == "X" and not event["name"].startswith(WRAPPERS):
+      kinds[re.sub(r"\.\d+$", "", event["name"])] += event.get("dur", 0)
+  return kinds
+
+
+def profile(shape: common.Shape, dtype: str) -> dict:
+  import jax
+  import jax.numpy as jnp
+
+  from jformer import config as config_lib
+  from jformer.models import Transformer
+  from jformer.train import optim, state as state_lib, step as step_lib
+
+  model = Transformer(shape.model_config(dtype=jnp.dtype(dtype)))
+  tx, schedule = optim.build_optimizer(config_lib.base_config().optimizer, shape.d_model)
+  batch = jax.tree.map(jnp.asarray, shape.random_batch())
+  state = state_lib.init_train_state(model, tx, jax.random.PRNGKey(0), batch)
+  step = jax.jit(step_lib.make_train_step(model, tx, schedule, label_smoothing=0.1), donate_argnums=0)
+  for _ in range(3):
+    state, metrics = step(state, batch)
+    jax.block_until_ready(metrics)
+  with tempfile.TemporaryDirectory() as trace_dir:
+    start = time.perf_counter()
+    with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+      for _ in range(TRACED_STEPS):
+        state, metrics = step(state, batch)
+        jax.block_until_ready(metrics)
+    step_ms = (time.perf_counter() - start) / TRACED_STEPS * 1e3
+    kinds = op_times(trace_dir)
+  per_step = {kind: micros / TRACED_STEPS / 1e3 for kind, micros in kinds.items()}
+  matmul_ms = sum(ms for kind, ms in per_step.items() if kind.startswith(MATMUL_KINDS))
+  return {"shape": shape.name, "dtype": dtype, "step_ms_traced": round(step_ms, 1),
+          "op_ms": {kind: round(ms, 2) for kind, ms in sorted(per_step.items(), key=lambda kv: -kv[1])},
+          "matmul_ms": round(matmul_ms, 1),
+          "matmul_gflop_per_s": round(3 * shape.forward_flops() / matmul_ms / 1e6, 1)}
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--shape", default="TINY", choices=sorted(common.SHAPES))
+  parser.add_argument("--top", type=int, default=12, help="op kinds listed per dtype")
+  parser.add_argument("--json", default="profile_step.json", help="write the results here ('' = do not)")
+  common.add_dtypes_argument(parser)
+  args = parser.parse_args()
+  dtypes = common.dtypes(parser, args)
+  common.setup()
+  machine = common.announce()
+  shape = common.SHAPES[args.shape]
+  results = []
+  for dtype in dtypes:
+    result = profile(shape, dtype)
+    results.append(result)
+    total = sum(result["op_ms"].values())
+    print(f"\n{shape.name} {dtype}: {result['step_ms_traced']} ms per traced step, {total:.0f} ms of op time; "
+          f"matmul kinds {result['matmul_ms']} ms = {result['matmul_gflop_per_s']} GFLOP/s on "
+          f"{3 * shape.forward_flops() / 1e9:.1f} GFLOP", flush=True)
+    rows = [[kind, f"{ms:.1f}", f"{100 * ms / total:.1f}%"] for kind, ms in list(result["op_ms"].items())[:args.top]]
+    print(common.markdown_table(["op kind", "ms per step", "share of op time"], rows), flush=True)
+  common.write_json(args.json, {"benchmark": "profile_step", "machine": machine, "results": results})
+
+
+if __name__ == "__main__":
+  main()
