@@ -46,15 +46,9 @@ def profile(shape: common.Shape, dtype: str) -> dict:
   import jax
   import jax.numpy as jnp
 
-  from jformer import config as config_lib
-  from jformer.models import Transformer
-  from jformer.train import optim, state as state_lib, step as step_lib
+  import train_step
 
-  model = Transformer(shape.model_config(dtype=jnp.dtype(dtype)))
-  tx, schedule = optim.build_optimizer(config_lib.base_config().optimizer, shape.d_model)
-  batch = jax.tree.map(jnp.asarray, shape.random_batch())
-  state = state_lib.init_train_state(model, tx, jax.random.PRNGKey(0), batch)
-  step = jax.jit(step_lib.make_train_step(model, tx, schedule, label_smoothing=0.1), donate_argnums=0)
+  step, state, batch, _ = train_step.compile_step(shape, "auto", dtype=jnp.dtype(dtype))
   for _ in range(3):
     state, metrics = step(state, batch)
     jax.block_until_ready(metrics)
@@ -71,7 +65,7 @@ def profile(shape: common.Shape, dtype: str) -> dict:
   return {"shape": shape.name, "dtype": dtype, "step_ms_traced": round(step_ms, 1),
           "op_ms": {kind: round(ms, 2) for kind, ms in sorted(per_step.items(), key=lambda kv: -kv[1])},
           "matmul_ms": round(matmul_ms, 1),
-          "matmul_gflop_per_s": round(3 * shape.forward_flops() / matmul_ms / 1e6, 1)}
+          "matmul_gflop_per_s": round(shape.train_flops() / matmul_ms / 1e6, 1)}
 
 
 def main():
@@ -92,7 +86,7 @@ def main():
     total = sum(result["op_ms"].values())
     print(f"\n{shape.name} {dtype}: {result['step_ms_traced']} ms per traced step, {total:.0f} ms of op time; "
           f"matmul kinds {result['matmul_ms']} ms = {result['matmul_gflop_per_s']} GFLOP/s on "
-          f"{3 * shape.forward_flops() / 1e9:.1f} GFLOP", flush=True)
+          f"{shape.train_flops() / 1e9:.1f} GFLOP", flush=True)
     rows = [[kind, f"{ms:.1f}", f"{100 * ms / total:.1f}%"] for kind, ms in list(result["op_ms"].items())[:args.top]]
     print(common.markdown_table(["op kind", "ms per step", "share of op time"], rows), flush=True)
   common.write_json(args.json, {"benchmark": "profile_step", "machine": machine, "results": results})

@@ -53,10 +53,10 @@ def variants_to_run(requested: str) -> list[tuple[str, str]]:
   return rows
 
 
-def measure(shape: common.Shape, variant: str, reps: int, probe, peak_flops: int = common.PEAK_FLOPS,
-            **model_overrides) -> dict:
-  """Compiles and times the train step of `shape` with attention `variant` (and `model_overrides` of its model
-  config, e.g. dtype); MFU against `probe`, a call of `peak_flops` FLOPs timed between the steps."""
+def compile_step(shape: common.Shape, variant: str, **model_overrides):
+  """(compiled train step, its initial state, a random batch, the model config) of `shape` with attention
+  `variant` and `model_overrides` of its model config (e.g. dtype): paper Adam, label smoothing 0.1, the state
+  donated."""
   import jax
 
   from jformer import attention
@@ -73,8 +73,16 @@ def measure(shape: common.Shape, variant: str, reps: int, probe, peak_flops: int
   batch = jax.tree.map(jax.numpy.asarray, shape.random_batch())
   state = state_lib.init_train_state(model, tx, jax.random.PRNGKey(0), batch)
   train_step = jax.jit(step_lib.make_train_step(model, tx, schedule, label_smoothing=0.1), donate_argnums=0)
-  compiled = train_step.lower(state, batch).compile()
+  return train_step.lower(state, batch).compile(), state, batch, model_config
 
+
+def measure(shape: common.Shape, variant: str, reps: int, probe, peak_flops: int = common.PEAK_FLOPS,
+            **model_overrides) -> dict:
+  """Compiles and times the train step of `shape` with attention `variant` (and `model_overrides` of its model
+  config, e.g. dtype); MFU against `probe`, a call of `peak_flops` FLOPs timed between the steps."""
+  import jax
+
+  compiled, state, batch, model_config = compile_step(shape, variant, **model_overrides)
   holder = {"state": state}
 
   def run():

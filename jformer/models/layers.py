@@ -126,8 +126,8 @@ CROSS_VALUE = "cross_value"
 class Dense(nn.Module):
   """x W + b over x's trailing axes `in_shape` -> `out_shape`: `kernel` `[*in_shape, *out_shape]` and `bias`
   `[*out_shape]` (`nn.Dense`/`nn.DenseGeneral`'s names, shapes and initial values: Xavier-uniform over the flattened
-  fans, zeros). The products run in `dtype` with float32 accumulation (`jformer.ops.matmul`), the bias gradient as a
-  product too (`matmul.add_bias`). `project` runs several of one input as one matmul."""
+  fans, zeros). The products run in `dtype` with float32 accumulation (`jformer.ops.matmul`), the bias added by
+  `matmul.add_bias`. `project` runs several of one input as one matmul."""
   in_shape: tuple[int, ...]
   out_shape: tuple[int, ...]
   axes: tuple[str, ...]  # logical axis names of the kernel's dimensions; the bias takes the output ones.
