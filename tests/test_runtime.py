@@ -45,3 +45,25 @@ def test_decision_starts_no_backend():
                        env={"JAX_PLATFORMS": "", "PATH": ""}).stdout.split()
   assert out[-1] == "False"
   assert out[0] == str(out[1] == "[]")  # this machine: XLA:CPU iff no accelerator plugin is installed.
+
+
+@pytest.mark.parametrize("backend, flags, want", [
+    ("gpu", set(), "bfloat16"), ("tpu", set(), "bfloat16"),
+    ("cpu", {"avx2", "avx512f", "avx512_bf16"}, "bfloat16"), ("cpu", {"avx2", "amx_bf16"}, "bfloat16"),
+    ("cpu", {"avx2", "avx512f", "fma"}, "float32"), ("cpu", set(), "float32")])  # no flags known (off Linux).
+def test_auto_dtype_is_bfloat16_only_where_it_is_multiplied_natively(monkeypatch, backend, flags, want):
+  monkeypatch.setattr(runtime, "cpu_flags", lambda: flags)
+  assert runtime.auto_dtype(backend) == want
+
+
+def test_model_dtype_auto_resolves_through_the_backend(monkeypatch):
+  import jax.numpy as jnp
+
+  from jformer.models import config as model_config
+
+  monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx2"})
+  assert model_config.resolve_dtype("auto") == jnp.float32  # the tests run on the CPU backend.
+  monkeypatch.setattr(runtime, "cpu_flags", lambda: {"avx512_bf16"})
+  assert model_config.resolve_dtype("auto") == jnp.bfloat16
+  with pytest.raises(ValueError, match=r"model.dtype='float16' is not one of \['bfloat16', 'float32', 'auto'\]"):
+    model_config.resolve_dtype("float16")
