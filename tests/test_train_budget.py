@@ -18,8 +18,10 @@ from jformer import config as config_lib
 from jformer.train import budget as budget_lib
 from jformer.train.loop import train_and_evaluate
 
-PLAN_LINE = re.compile(r"^budget: (\d\.\d{4})s per step \(mean of steps 3-12\), (\d+\.\d\d)s per evaluation \(every "
-                       r"1000 steps and at the end\) -> (\d+) steps planned for train.budget_minutes=0.1 ", re.M)
+PLAN_STEP = budget_lib.WARMUP_STEPS + budget_lib.MEASURE_STEPS  # the step the plan is made after.
+PLAN_LINE = re.compile(rf"^budget: (\d\.\d{{4}})s per step \(mean of steps {budget_lib.WARMUP_STEPS + 1}-"
+                       rf"{PLAN_STEP}\), (\d+\.\d\d)s per evaluation \(every 1000 steps and at the end\) "
+                       r"-> (\d+) steps planned for train.budget_minutes=0.1 ", re.M)
 
 
 def load(repo_root, corpus, **extra):
@@ -103,13 +105,15 @@ def final_params(workdir):
 def test_budget_too_small_stops_after_measuring_and_stores_no_plan(repo_root, tiny_corpus, tmp_path, capsys):
   config = load(repo_root, tiny_corpus, **budget_overrides(**{"train.budget_minutes": 0.0001}))
   with pytest.raises(budget_lib.BudgetTooSmallError,
-                     match=r"train.budget_minutes=0.0001 leaves time for 12 steps \(\d+\.\ds spent on 12 steps, then "
-                           r"\d\.\d{3}s per step and \d+\.\ds per evaluation\), fewer than the 24 a budgeted run "
+                     match=rf"train.budget_minutes=0.0001 leaves time for {PLAN_STEP} steps \(\d+\.\ds spent on "
+                           rf"{PLAN_STEP} steps, "
+                           rf"then \d\.\d{{3}}s per step and \d+\.\ds per evaluation\), fewer than the "
+                           rf"{budget_lib.MIN_STEPS} a budgeted run "
                            r"needs; give train.budget_minutes >= \d"):
     train_and_evaluate(config, tmp_path)
   out = capsys.readouterr().out
   assert "step     10/? |" in out and "ETA --" in out  # before the plan: no total, no ETA.
-  assert "eval step 12: loss" in out  # the timed evaluation.
+  assert f"eval step {PLAN_STEP}: loss" in out  # the timed evaluation.
   assert not (tmp_path / "budget.json").exists() and not list((tmp_path / "checkpoints").glob("*"))
 
 
@@ -153,7 +157,7 @@ def test_cli_budget_run_plans_trains_exactly_the_plan_and_resumes_to_it_after_si
   seen = []
   for line in process.stdout:  # preempt once the plan is made and training goes on.
     seen.append(line)
-    if line.startswith("step     15/"):
+    if line.startswith(f"step {PLAN_STEP + 5:>6}/"):
       process.send_signal(signal.SIGTERM)
       break
   out = "".join(seen) + process.communicate(timeout=300)[0]
@@ -162,11 +166,13 @@ def test_cli_budget_run_plans_trains_exactly_the_plan_and_resumes_to_it_after_si
   assert match, out[-3000:]
   planned = int(match.group(3))
   saved = int(out.split("preempted: saved step ")[1].split()[0])
-  assert budget_lib.MIN_STEPS <= planned and 15 <= saved < planned, out[-3000:]
-  assert "step     10/? |" in out and re.search(rf"^step     15/{planned} \| .* \| ETA \d+m\d\ds$", out, re.M), out
-  assert "eval step 12: loss" in out  # the timed evaluation of the plan.
+  assert budget_lib.MIN_STEPS <= planned and PLAN_STEP + 5 <= saved < planned, out[-3000:]
+  assert "step     10/? |" in out, out[-3000:]
+  assert re.search(rf"^step {PLAN_STEP + 5:>6}/{planned} \| .* \| ETA \d+m\d\ds$", out, re.M), out[-3000:]
+  assert f"eval step {PLAN_STEP}: loss" in out  # the timed evaluation of the plan.
   stored = json.loads((workdir / "budget.json").read_text())
-  assert stored["planned_steps"] == planned and stored["budget_minutes"] == 0.1 and stored["planned_at_step"] == 12
+  assert stored["planned_steps"] == planned and stored["budget_minutes"] == 0.1
+  assert stored["planned_at_step"] == PLAN_STEP
   assert stored["step_seconds"] == pytest.approx(float(match.group(1)), abs=1e-4)
 
   rerun = subprocess.run(train_command(tiny_corpus, workdir), cwd=repo_root, env=env, capture_output=True, text=True,
