@@ -3,9 +3,9 @@ time the training loop spends waiting for input, with and without prefetching.
 
 Stages of `jformer.data` as `jformer train --config=configs/demo.py` runs them, on the bundled corpus:
 1. tokenize: `tokenize_pairs` over the whole training split (SentencePiece, both sides, length filter);
-2. pack + batch: `train_dataset` (shuffle, first-fit packing into rows of 64 tokens, batches of 64 rows), timed
-   over `--batches` batches from a fresh iterator;
-and the demo train step (configs/demo.py model, batch 64 x 64, jitted, donated) on those batches. Consumption
+2. pack + batch: `train_dataset` (shuffle, first-fit packing into rows of 64 tokens, batches of data.batch_size
+   rows), timed over `--batches` batches from a fresh iterator;
+and the demo train step (configs/demo.py model and batch, jitted, donated) on those batches. Consumption
 = real (non-padding) tokens per batch / step time; the ratio says how many times faster the pipeline delivers
 than the step eats. The data is prepared and the SentencePiece model trained once into `--work_dir` (or the
 model given with `--vocab`).

@@ -4,9 +4,10 @@ optimizer state) learn the same? Issue 15 asks for curves within run-to-run nois
     python -m launch --sweep=configs/sweeps/demo_dtypes.py          # here, one point after the other
     python -m launch.report --sweep=configs/sweeps/demo_dtypes.py   # runs/demo_dtypes/report.md, curves.png
 
-configs/demo.py without its time budget: both points train STEPS steps (the number the demo's 15-minute budget
-planned on the machine the README names), cool-down and all, with the same seed, data order and dropout bits, so
-the only difference is the compute dtype. The valid split is evaluated every 100 steps for the curves.
+configs/demo.py without its time budget and with the recipe it had when this was measured (64 rows per step,
+warm-up 300): both points train STEPS steps (the number that demo's 15-minute budget planned on the machine the
+README names), cool-down and all, with the same seed, data order and dropout bits, so the only difference is the
+compute dtype. The valid split is evaluated every 100 steps for the curves.
 """
 
 from launch import sweep
@@ -17,6 +18,8 @@ FIXED = {
     "train.budget_minutes": 0.0,  # Equal steps, not equal minutes (float32 steps are slower).
     "train.steps": STEPS,
     "train.eval_every": 100,
+    "data.batch_size": 64,  # The demo's recipe of the README's plot (configs/sweeps/demo_recipe.py: its first point).
+    "optimizer.warmup_steps": 300,
 }
 SLURM = {"nodes": 1, "gpus_per_node": 1, "time": "01:00:00"}
 

@@ -6,9 +6,13 @@ the final test (BLEU, bits per byte) are outside. In order:
 
   1. step 1 compiles the train step: not counted; the budget clock starts once it has run.
   2. the next `WARMUP_STEPS - 1` steps are counted in the budget but not in the estimate (first-run effects).
-  3. the next `MEASURE_STEPS` steps are timed, waiting for the device at both ends: seconds per step.
+  3. the steps after them are timed, waiting for the device at both ends: first `MEASURE_STEPS`, which fix how many
+     more make the timed window `MEASURE_FRACTION` of the budget (at most `MEASURE_MAX_SECONDS`); then the whole
+     window gives the seconds per step. The loop's steady state, input pipeline and host work included, sets in
+     over tens of seconds: the demo timed 0.500 s per step over steps 11-30 and ran its 1,687 steps in 937 s of
+     a 900 s budget.
   4. the valid split is evaluated twice: once logged like the periodic evaluations (it compiles the eval step),
-     then once more, timed: seconds per evaluation.
+     then once more, timed: seconds per evaluation (periodic evaluations inside the window are taken out of it).
   5. `plan_steps` fixes the total: the most steps whose estimated time (steps, the periodic evaluations and the
      one at the last step) fits the budget left. One line logs it; `<workdir>/budget.json` stores it.
   6. with `optimizer.cooldown_fraction` > 0 the schedule's cool-down needs the total, so the loop compiles the
@@ -47,9 +51,11 @@ from jax.experimental import multihost_utils
 from jformer.train.progress import say, write_json
 
 # Steps before the timed ones, the compiling one included (not in the estimate): the input pipeline fills and the
-# first runs settle. Timing from step 3 planned ~7% too few steps for the demo (0.611 s estimated, 0.571 s run).
+# first runs settle (timing steps 3-12 planned ~7% too few steps for the demo: 0.611 s estimated, 0.571 s run).
 WARMUP_STEPS = 10
-MEASURE_STEPS = 20  # steps timed for the estimate.
+MEASURE_STEPS = 20  # steps timed at least; they fix how many steps make up the timed window.
+MEASURE_FRACTION = 0.1  # the timed window: this fraction of the budget...
+MEASURE_MAX_SECONDS = 300.0  # ...but at most this long.
 MIN_STEPS = 2 * (WARMUP_STEPS + MEASURE_STEPS)  # least planned total: measuring takes at most half the run.
 PLAN_FILE = "budget.json"  # <workdir>/budget.json: the plan, read back on resume.
 
@@ -131,7 +137,7 @@ class Budget:
     self.recompiles = bool(config.optimizer.cooldown_fraction)  # the loop compiles the steps again after the plan.
     self._created = time.perf_counter()  # just before the first (compiling) step.
     self.path = epath.Path(workdir) / PLAN_FILE
-    self.start_step, self.plan_step = start_step, start_step + WARMUP_STEPS + MEASURE_STEPS
+    self.start_step, self.plan_step = start_step, None  # plan_step: fixed after the first MEASURE_STEPS.
     self._clock = self._measure_start = None
     self.plan = stored_plan(config, workdir)
     self.total_steps = self.plan.get("planned_steps") if self.minutes else config.train.steps
@@ -149,41 +155,57 @@ class Budget:
       self._first_step_seconds = self._clock - self._created
     if self.total_steps is not None:
       return False
-    if step == self.start_step + WARMUP_STEPS:
+    measure_from = self.start_step + WARMUP_STEPS
+    if step == measure_from:
       self._measure_start = _now_after(state)
+    if step == measure_from + MEASURE_STEPS:
+      self.plan_step = measure_from + self._window_steps((_now_after(state) - self._measure_start) / MEASURE_STEPS)
     if step != self.plan_step:
       return False
     now = _now_after(state)
-    step_seconds = (now - self._measure_start) / MEASURE_STEPS
     evaluate(True)  # compiles the eval step.
     evaluated = time.perf_counter()
     evaluate(False)
     eval_seconds = time.perf_counter() - evaluated
+    if jax.process_count() > 1:  # every process plans from process 0's times: the same steps, or the same error.
+      eval_seconds = float(multihost_utils.broadcast_one_to_all(np.float32(eval_seconds)))
+    periodic = (step - 1) // self.eval_every - measure_from // self.eval_every  # evaluations inside the window.
+    window = max(now - self._measure_start - periodic * eval_seconds, 0.0)
+    step_seconds = window / (step - measure_from)
     spent = time.perf_counter() - self._clock + self.start_step * step_seconds  # steps of a stopped run, re-timed.
     compile_seconds = 0.0
     if self.recompiles:  # the first step and first evaluation less their steady times: what compiling them took.
       compile_seconds = (max(self._first_step_seconds - step_seconds, 0.0)
                          + max(evaluated - now - eval_seconds, 0.0))
       spent += compile_seconds
-    if jax.process_count() > 1:  # every process plans from process 0's times: the same steps, or the same error.
-      step_seconds, eval_seconds, spent = (float(x) for x in multihost_utils.broadcast_one_to_all(
-          np.asarray([step_seconds, eval_seconds, spent], np.float32)))
+    if jax.process_count() > 1:
+      step_seconds, spent = (float(x) for x in multihost_utils.broadcast_one_to_all(
+          np.asarray([step_seconds, spent], np.float32)))
     self.total_steps = plan_steps(budget_seconds=self.minutes * 60, spent_seconds=spent, done_steps=step,
                                   step_seconds=step_seconds, eval_seconds=eval_seconds, eval_every=self.eval_every,
-                                  min_steps=max(MIN_STEPS, step + 1))
+                                  min_steps=max(MIN_STEPS, 2 * step - self.start_step))
     self.plan = {"budget_minutes": self.minutes, "planned_steps": self.total_steps, "step_seconds": step_seconds,
                  "eval_seconds": eval_seconds, "compile_seconds": compile_seconds, "planned_at_step": step,
-                 "measured_steps": MEASURE_STEPS}
+                 "measured_steps": step - measure_from}
     write_json(self.path, self.plan)
     compiling = f", {compile_seconds:.1f}s to compile the cool-down schedule" if self.recompiles else ""
     short = (f"; fewer than optimizer.warmup_steps={self.warmup_steps}: the learning rate stops before its peak"
              if self.total_steps < self.warmup_steps else "")
-    say(f"budget: {step_seconds:.4f}s per step (mean of steps {step - MEASURE_STEPS + 1}-{step}), "
+    say(f"budget: {step_seconds:.4f}s per step (mean of steps {measure_from + 1}-{step}), "
         f"{eval_seconds:.2f}s per evaluation (every {self.eval_every} steps and at the end)"
         f"{compiling} -> {self.total_steps} "
         f"steps planned for train.budget_minutes={self.minutes:g} (replaces train.steps; stored in {self.path})"
         f"{short}")
     return True
+
+  def _window_steps(self, step_seconds: float) -> int:
+    """Steps of the timed window: MEASURE_FRACTION of the budget (at most MEASURE_MAX_SECONDS) at the step time of
+    its first MEASURE_STEPS, and no fewer than those. Every process takes process 0's, so all plan at one step."""
+    seconds = min(MEASURE_FRACTION * self.minutes * 60, MEASURE_MAX_SECONDS)
+    steps = max(MEASURE_STEPS, math.ceil(seconds / max(step_seconds, 1e-9)))
+    if jax.process_count() > 1:
+      steps = int(multihost_utils.broadcast_one_to_all(np.int32(steps)))
+    return steps
 
   def results(self) -> dict:
     """The plan and the wall-clock seconds this process counted against the budget until now (compile excluded),
