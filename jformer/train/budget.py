@@ -172,8 +172,6 @@ class Budget:
     evaluated = time.perf_counter()
     evaluate(False)
     eval_seconds = time.perf_counter() - evaluated
-    if jax.process_count() > 1:  # every process plans from process 0's times: the same steps, or the same error.
-      eval_seconds = float(multihost_utils.broadcast_one_to_all(np.float32(eval_seconds)))
     periodic = (step - 1) // self.eval_every - measure_from // self.eval_every  # evaluations inside the window.
     window = max(now - self._measure_start - periodic * eval_seconds, 0.0)
     step_seconds = window / (step - measure_from)
@@ -185,9 +183,9 @@ class Budget:
       compile_seconds = (max(self._first_step_seconds - step_seconds, 0.0)
                          + max(evaluated - now - eval_seconds, 0.0))
       spent += compile_seconds
-    if jax.process_count() > 1:
-      step_seconds, spent = (float(x) for x in multihost_utils.broadcast_one_to_all(
-          np.asarray([step_seconds, spent], np.float32)))
+    if jax.process_count() > 1:  # every process plans from process 0's times: the same steps, or the same error.
+      step_seconds, eval_seconds, spent = (float(x) for x in multihost_utils.broadcast_one_to_all(
+          np.asarray([step_seconds, eval_seconds, spent], np.float32)))
     self.total_steps = plan_steps(budget_seconds=self.minutes * 60, spent_seconds=spent, done_steps=step,
                                   step_seconds=step_seconds, eval_seconds=eval_seconds, eval_every=self.eval_every,
                                   min_steps=max(MIN_STEPS, 2 * step - self.start_step))
