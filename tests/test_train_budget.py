@@ -22,6 +22,8 @@ PLAN_STEP = budget_lib.WARMUP_STEPS + budget_lib.MEASURE_STEPS  # the earliest s
 PLAN_LINE = re.compile(rf"^budget: (\d\.\d{{4}})s per step \(mean of steps {budget_lib.WARMUP_STEPS + 1}-"
                        r"(\d+)\), (\d+\.\d\d)s per evaluation \(every 1000 steps and at the end\) "
                        r"-> (\d+) steps planned for train.budget_minutes=[\d.]+ ", re.M)
+REPLAN_LINE = re.compile(r"^budget: planned again at step (\d+): (\d\.\d{4})s per step \(mean of steps "
+                         rf"{budget_lib.WARMUP_STEPS + 1}-(\d+)\) -> (\d+) steps \(first plan (\d+); ", re.M)
 
 
 def load(repo_root, corpus, **extra):
@@ -124,10 +126,19 @@ def test_cooldown_of_a_budget_run_ends_at_the_plan_like_a_run_of_that_many_steps
   budgeted = train_and_evaluate(load(repo_root, tiny_corpus, **budget_overrides(**cooldown)), tmp_path / "budget")
   out = capsys.readouterr().out
   match = re.search(r"per evaluation \(every 1000 steps and at the end\), (\d+\.\d)s to compile the cool-down "
-                    r"schedule -> (\d+) steps planned", out)
-  assert match, out[-3000:]
-  planned = int(match.group(2))
-  assert budgeted["step"] == planned and 0 < float(match.group(1)) < 60
+                    r"schedule -> (\d+) steps planned .* planned again at step (\d+)\)", out)
+  replan = REPLAN_LINE.search(out)
+  assert match and replan, out[-3000:]
+  first, replan_step, planned = int(match.group(2)), int(match.group(3)), int(replan.group(4))
+  assert 0 < float(match.group(1)) < 60 and int(replan.group(5)) == first
+  # Planned again before the first plan's cool-down (the last quarter) and before its own: one compilation after it.
+  assert int(replan.group(1)) == int(replan.group(3)) == replan_step < first - round(0.25 * first)
+  assert replan_step < planned - round(0.25 * planned) and "should have begun" not in out
+  assert budgeted["step"] == budgeted["planned_steps"] == planned
+  stored = json.loads((tmp_path / "budget" / "budget.json").read_text())
+  assert (stored["planned_steps"], stored["first_planned_steps"], stored["replanned_at_step"]) == (
+      planned, first, replan_step)
+  assert stored["step_seconds"] == pytest.approx(float(replan.group(2)), abs=1e-4)
   last_rate = float(re.search(rf"^step {planned:>6}/{planned} \| .* \| lr (\S+) \|", out, re.M).group(1))
   eq3 = 32**-0.5 * min(planned**-0.5, planned * 10**-1.5)  # tiny model: d_model 32.
   assert last_rate == pytest.approx(eq3 / round(0.25 * planned), rel=5e-3)  # the ramp's last factor, 1/C.
@@ -178,6 +189,7 @@ def test_cli_budget_run_plans_trains_exactly_the_plan_and_resumes_to_it_after_si
   stored = json.loads((workdir / "budget.json").read_text())
   assert stored["planned_steps"] == planned and stored["budget_minutes"] == 0.1
   assert stored["planned_at_step"] == plan_step and stored["measured_steps"] == plan_step - budget_lib.WARMUP_STEPS
+  assert plan_step + 5 < stored["replan_at_step"] < planned and "first_planned_steps" not in stored
   assert stored["step_seconds"] == pytest.approx(float(match.group(1)), abs=1e-4)
 
   rerun = subprocess.run(train_command(tiny_corpus, workdir), cwd=repo_root, env=env, capture_output=True, text=True,
@@ -185,7 +197,7 @@ def test_cli_budget_run_plans_trains_exactly_the_plan_and_resumes_to_it_after_si
   assert rerun.returncode == 0, rerun.stderr[-3000:]
   out = rerun.stdout
   assert f"resumed from step {saved}" in out and f"budget: {planned} steps planned for 0.1 minutes" in out
-  assert not PLAN_LINE.search(out)  # not measured again.
+  assert not PLAN_LINE.search(out) and not REPLAN_LINE.search(out)  # stopped before the second plan: the first one.
   assert f"step {planned:>6}/{planned} |" in out and f"eval step {planned}: loss" in out
   assert final_params(workdir)[0] == planned  # exactly the plan, no step more.
   results = json.loads((workdir / "results.json").read_text())
@@ -214,12 +226,13 @@ def test_cli_budget_run_plans_trains_exactly_the_plan_and_resumes_to_it_after_si
 def test_two_processes_train_the_steps_process_0_planned(repo_root, tiny_corpus, tmp_path):
   from test_preemption import finish, prepared_overrides, start_two_processes
 
-  # 12 s: two processes on 2 cores step slower than one, and 8% of the budget is held back.
+  # 12 s: two processes on 2 cores step slower than one (6 s left 53 steps with 8% held back, under the 60 needed).
   overrides = prepared_overrides(repo_root, tiny_corpus, tmp_path, **budget_overrides(**{"train.budget_minutes": 0.2}))
   chief, other = finish(start_two_processes(repo_root, tmp_path / "run", overrides))
-  match = PLAN_LINE.search(chief)
-  assert match and "Traceback" not in other, chief[-3000:]
-  planned = int(match.group(4))
+  match, replan = PLAN_LINE.search(chief), REPLAN_LINE.search(chief)
+  assert match and replan and "Traceback" not in other, chief[-3000:]
+  planned = int(replan.group(4))  # the second plan, from process 0's times.
+  assert int(replan.group(5)) == int(match.group(4))
   assert f"step {planned:>6}/{planned} |" in chief
   step_dir = tmp_path / "run" / "checkpoints" / str(planned)  # both processes saved the planned last step.
   assert sorted(p.name for p in (step_dir / "data").glob("process_*.json")) == ["process_0-of-2.json",

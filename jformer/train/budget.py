@@ -8,32 +8,37 @@ the final test (BLEU, bits per byte) are outside. In order:
   2. the next `WARMUP_STEPS - 1` steps are counted in the budget but not in the estimate (first-run effects).
   3. the steps after them are timed, waiting for the device at both ends: first `MEASURE_STEPS`, which fix how many
      more make the timed window `MEASURE_FRACTION` of the budget (at most `MEASURE_MAX_SECONDS`); then the whole
-     window gives the seconds per step. The loop's steady state, input pipeline and host work included, sets in
-     over tens of seconds: the demo timed 0.500 s per step over steps 11-30 and ran its 1,687 steps in 937 s of
-     a 900 s budget; timed over steps 11-183 (0.510 s and 0.507 s), its 1,659 steps took 921 s and, with 3% held
-     back, its 1,610 steps 927 s: after the window the steps ran 4-8% slower, in stretches (checkpoint writes and
-     other host work on 2 cores, other tenants of the VM), hence the reserve of step 5.
+     window gives the seconds per step.
   4. the valid split is evaluated twice: once logged like the periodic evaluations (it compiles the eval step),
-     then once more, timed: seconds per evaluation (periodic evaluations inside the window are taken out of it).
-  5. `plan_steps` fixes the total: the most steps whose estimated time (steps, the periodic evaluations and the
-     one at the last step) fits the budget left, less `RESERVE_FRACTION` of the budget for what the window does not
-     see (checkpoint writes that share the cores, slower stretches). One line logs it; `<workdir>/budget.json`
-     stores it.
-  6. with `optimizer.cooldown_fraction` > 0 the schedule's cool-down needs the total, so the loop compiles the
-     train and eval steps once more after planning; the plan reserves the time their first compilations took.
+     then once more, timed: seconds per evaluation (periodic evaluations are taken out of the step times).
+  5. `plan_steps` makes the first plan: the most steps whose estimated time (steps, the periodic evaluations and
+     the one at the last step) fits the budget left, less `RESERVE_FRACTION` of the budget. It fixes when to plan
+     again: `REPLAN_FRACTION` of the way to its cool-down (or to its end without one).
+  6. at that step the final plan: the same, from the seconds per step since the window began (most of the run:
+     the demo's is steps 11-~1,100 of ~1,600). One line logs each plan; `<workdir>/budget.json` stores the latest.
+  7. with `optimizer.cooldown_fraction` > 0 the schedule's cool-down needs the total, so the loop compiles the
+     train and eval steps once more after the final plan; both plans reserve the time their first compilations
+     took.
+
+Why twice: the steps' speed settles over tens of seconds (input pipeline, host work) and then moves by 4-8% in
+stretches of a minute or two (checkpoint writes and other host work on 2 cores, other tenants of the VM). Planned
+once from the start of the run, the demo (900 s budget) came out at 937 s (steps 11-30 timed, 0.500 s per step),
+921 s and 927 s (steps 11-183, 0.510 and 0.507 s; 3% held back) and 781 s (steps 11-161 timed in a slow stretch at
+0.560 s, 8% held back), against 0.53-0.55 s per step over whole runs. Planned again at ~70% of the run (the demo),
+only the last 30% can surprise, hence the small reserve.
 
 `results.json` records the plan and the seconds counted (`budget_wall_seconds`: of this process's run, so a resumed
 run counts from its resume).
 
 The plan then replaces `train.steps`. The learning-rate schedule (paper eq. 3, `jformer.train.optim`) depends on the
 step number only up to its optional cool-down (the last `optimizer.cooldown_fraction` of the planned steps, which
-start after the planning step), so the measured steps are the run's first steps and the plan changes none of their
-learning rates; `optimizer.warmup_steps` stays in steps (a plan shorter than the warm-up is logged: the run ends
+start after the final plan unless the machine slowed down by more than ~10% after the first: then it begins at
+once, logged), so the plans change none of the learning rates before them; `optimizer.warmup_steps` stays in steps (a plan shorter than the warm-up is logged: the run ends
 before the peak learning rate). Periodic checkpoint saves are asynchronous: the part that blocks the loop (copying
 the state off the device; 2-4 s for Orbax's first save on this machine kind) counts but is not planned for.
 
-Resume: a rerun reads the plan from budget.json and trains to the same total (no new measurement), so a preempted
-run ends like an uninterrupted one; a rerun with another `train.budget_minutes` is refused (to train on, set
+Resume: a rerun reads the plan from budget.json and trains to its total (no new measurement; a run stopped between
+the two plans keeps the first), so a run preempted after the final plan ends like an uninterrupted one; a rerun with another `train.budget_minutes` is refused (to train on, set
 `train.budget_minutes=0` and `train.steps`). A run stopped before its plan measures again on resume, counting the
 steps it had done at the new step time. Several processes: every process plans from the times process 0 measured
 (`multihost_utils.broadcast_one_to_all`), so all train the same steps or stop with the same error; all of them take
@@ -60,7 +65,8 @@ WARMUP_STEPS = 10
 MEASURE_STEPS = 20  # steps timed at least; they fix how many steps make up the timed window.
 MEASURE_FRACTION = 0.1  # the timed window: this fraction of the budget...
 MEASURE_MAX_SECONDS = 300.0  # ...but at most this long.
-RESERVE_FRACTION = 0.08  # of the budget, left unplanned for what the timed window does not see (module docstring).
+RESERVE_FRACTION = 0.02  # of the budget, left unplanned for what the steps after the final plan do differently.
+REPLAN_FRACTION = 0.85  # the final plan: this fraction of the way from the first plan to its cool-down.
 MIN_STEPS = 2 * (WARMUP_STEPS + MEASURE_STEPS)  # least planned total: measuring takes at most half the run.
 PLAN_FILE = "budget.json"  # <workdir>/budget.json: the plan, read back on resume.
 
@@ -134,74 +140,117 @@ def stored_plan(config, workdir: epath.PathLike) -> dict:
 
 class Budget:
   """The run's number of steps: `train.steps`, or the plan of `train.budget_minutes` (made after the first steps,
-  or read from `<workdir>/budget.json` on resume). `total_steps` is None until planned."""
+  made again at `replan_step`, or read from `<workdir>/budget.json` on resume). `total_steps` is None until planned;
+  `final` says whether it can still change (the cool-down's schedule compiles once it cannot)."""
 
   def __init__(self, config, workdir: epath.PathLike, start_step: int):
     self.minutes = float(config.train.budget_minutes)
     self.eval_every, self.warmup_steps = config.train.eval_every, config.optimizer.warmup_steps
-    self.recompiles = bool(config.optimizer.cooldown_fraction)  # the loop compiles the steps again after the plan.
+    self.cooldown_fraction = float(config.optimizer.cooldown_fraction)
+    self.recompiles = bool(self.cooldown_fraction)  # the loop compiles the steps again after the final plan.
     self._created = time.perf_counter()  # just before the first (compiling) step.
     self.path = epath.Path(workdir) / PLAN_FILE
-    self.start_step, self.plan_step = start_step, None  # plan_step: fixed after the first MEASURE_STEPS.
+    self.start_step, self.plan_step, self.replan_step = start_step, None, None  # fixed as the run goes.
     self._clock = self._measure_start = None
     self.plan = stored_plan(config, workdir)
     self.total_steps = self.plan.get("planned_steps") if self.minutes else config.train.steps
+    self.final = self.total_steps is not None  # a stored plan is kept as it is (no new measurement on resume).
     if self.plan:
       say(f"budget: {self.total_steps} steps planned for {self.minutes:g} minutes ({self.path})")
 
   def after_step(self, step: int, state, evaluate: Callable[[bool], None]) -> bool:
     """Called after every train step (all processes): starts the clock after the compiling step, times the
     measured steps and, at `plan_step`, calls `evaluate(log=True)` then times `evaluate(log=False)`, plans, logs and
-    stores the plan. Returns whether it evaluated at this step."""
+    stores the plan; at `replan_step` plans again from the step time since the window began. Returns whether it
+    evaluated at this step."""
     if not self.minutes:
       return False
     if step == self.start_step + 1:
       self._clock = _now_after(state)
       self._first_step_seconds = self._clock - self._created
-    if self.total_steps is not None:
+    if self.final:
       return False
     measure_from = self.start_step + WARMUP_STEPS
     if step == measure_from:
       self._measure_start = _now_after(state)
     if step == measure_from + MEASURE_STEPS:
       self.plan_step = measure_from + self._window_steps((_now_after(state) - self._measure_start) / MEASURE_STEPS)
+    if step == self.replan_step:
+      self._replan(step, _now_after(state))
+      return False
     if step != self.plan_step:
       return False
     now = _now_after(state)
     evaluate(True)  # compiles the eval step.
     evaluated = time.perf_counter()
     evaluate(False)
-    eval_seconds = time.perf_counter() - evaluated
-    periodic = (step - 1) // self.eval_every - measure_from // self.eval_every  # evaluations inside the window.
-    window = max(now - self._measure_start - periodic * eval_seconds, 0.0)
-    step_seconds = window / (step - measure_from)
-    spent = time.perf_counter() - self._clock + self.start_step * step_seconds  # steps of a stopped run, re-timed.
-    reserve_seconds = RESERVE_FRACTION * self.minutes * 60
-    spent += reserve_seconds
-    compile_seconds = 0.0
+    self.eval_seconds = time.perf_counter() - evaluated
+    step_seconds = self._step_seconds(step, now)
+    self.compile_seconds = 0.0
     if self.recompiles:  # the first step and first evaluation less their steady times: what compiling them took.
-      compile_seconds = (max(self._first_step_seconds - step_seconds, 0.0)
-                         + max(evaluated - now - eval_seconds, 0.0))
-      spent += compile_seconds
-    if jax.process_count() > 1:  # every process plans from process 0's times: the same steps, or the same error.
-      step_seconds, eval_seconds, spent = (float(x) for x in multihost_utils.broadcast_one_to_all(
-          np.asarray([step_seconds, eval_seconds, spent], np.float32)))
-    self.total_steps = plan_steps(budget_seconds=self.minutes * 60, spent_seconds=spent, done_steps=step,
-                                  step_seconds=step_seconds, eval_seconds=eval_seconds, eval_every=self.eval_every,
-                                  min_steps=max(MIN_STEPS, 2 * step - self.start_step))
+      self.compile_seconds = (max(self._first_step_seconds - step_seconds, 0.0)
+                              + max(evaluated - now - self.eval_seconds, 0.0))
+    self.total_steps = self._planned(step, now, step_seconds, min_steps=max(MIN_STEPS, 2 * step - self.start_step))
+    self.replan_step = self._replan_at(step)
     self.plan = {"budget_minutes": self.minutes, "planned_steps": self.total_steps, "step_seconds": step_seconds,
-                 "eval_seconds": eval_seconds, "compile_seconds": compile_seconds, "planned_at_step": step,
-                 "measured_steps": step - measure_from, "reserve_seconds": reserve_seconds}
+                 "eval_seconds": self.eval_seconds, "compile_seconds": self.compile_seconds,
+                 "planned_at_step": step, "measured_steps": step - measure_from,
+                 "reserve_seconds": self._reserve_seconds(), "replan_at_step": self.replan_step}
     write_json(self.path, self.plan)
-    compiling = f", {compile_seconds:.1f}s to compile the cool-down schedule" if self.recompiles else ""
+    compiling = f", {self.compile_seconds:.1f}s to compile the cool-down schedule" if self.recompiles else ""
     short = (f"; fewer than optimizer.warmup_steps={self.warmup_steps}: the learning rate stops before its peak"
              if self.total_steps < self.warmup_steps else "")
     say(f"budget: {step_seconds:.4f}s per step (mean of steps {measure_from + 1}-{step}), "
-        f"{eval_seconds:.2f}s per evaluation (every {self.eval_every} steps and at the end)"
+        f"{self.eval_seconds:.2f}s per evaluation (every {self.eval_every} steps and at the end)"
         f"{compiling} -> {self.total_steps} "
         f"steps planned for train.budget_minutes={self.minutes:g} (replaces train.steps; stored in {self.path}; "
-        f"{reserve_seconds:.1f}s held back){short}")
+        f"{self._reserve_seconds():.1f}s held back; planned again at step {self.replan_step}){short}")
     return True
+
+  def _replan(self, step: int, now: float):
+    """The final plan: the step time over the whole window so far (steps `measure_from`+1..`step`, periodic
+    evaluations taken out; checkpoint writes and slower stretches in), and the budget left at `step`."""
+    first = self.total_steps
+    step_seconds = self._step_seconds(step, now)
+    # At least one more step: a machine slowed down this much ends one step later than its budget.
+    self.total_steps = max(self._planned(step, now, step_seconds, min_steps=0), step + 1)
+    self.final = True
+    self.plan.update({"planned_steps": self.total_steps, "first_planned_steps": first, "replanned_at_step": step,
+                      "step_seconds": step_seconds})
+    write_json(self.path, self.plan)
+    cooldown_from = self.total_steps - max(round(self.cooldown_fraction * self.total_steps), 1) + 1
+    late = (f"; the cool-down should have begun at step {cooldown_from}: its learning rate drops at once"
+            if self.cooldown_fraction and cooldown_from <= step else "")
+    say(f"budget: planned again at step {step}: {step_seconds:.4f}s per step (mean of steps "
+        f"{self.start_step + WARMUP_STEPS + 1}-{step}) -> {self.total_steps} steps (first plan {first}; stored in "
+        f"{self.path}){late}")
+
+  def _step_seconds(self, step: int, now: float) -> float:
+    """Seconds per step from the window's start to `step`, the periodic evaluations inside it taken out."""
+    measure_from = self.start_step + WARMUP_STEPS
+    periodic = (step - 1) // self.eval_every - measure_from // self.eval_every  # evaluations inside the window.
+    return max(now - self._measure_start - periodic * self.eval_seconds, 0.0) / (step - measure_from)
+
+  def _reserve_seconds(self) -> float:
+    return RESERVE_FRACTION * self.minutes * 60
+
+  def _planned(self, step: int, now: float, step_seconds: float, *, min_steps: int) -> int:
+    """`plan_steps` at `step` from process 0's times (every process plans the same steps, or stops with the same
+    error): what the run spent, the steps of a stopped run re-timed, the reserve and the cool-down's compilation."""
+    spent = now - self._clock + self.start_step * step_seconds + self._reserve_seconds() + self.compile_seconds
+    eval_seconds = self.eval_seconds
+    if jax.process_count() > 1:
+      step_seconds, eval_seconds, spent = (float(x) for x in multihost_utils.broadcast_one_to_all(
+          np.asarray([step_seconds, eval_seconds, spent], np.float32)))
+    return plan_steps(budget_seconds=self.minutes * 60, spent_seconds=spent, done_steps=step,
+                      step_seconds=step_seconds, eval_seconds=eval_seconds, eval_every=self.eval_every,
+                      min_steps=min_steps)
+
+  def _replan_at(self, step: int) -> int:
+    """`REPLAN_FRACTION` of the way from `step` to the first plan's cool-down (to its end without one): late enough
+    to time most of the run, early enough that a machine some 10% slower still plans before its cool-down."""
+    cooldown = max(round(self.cooldown_fraction * self.total_steps), 1) if self.cooldown_fraction else 0
+    return step + max(math.floor(REPLAN_FRACTION * (self.total_steps - cooldown - step)), 1)
 
   def _window_steps(self, step_seconds: float) -> int:
     """Steps of the timed window: MEASURE_FRACTION of the budget (at most MEASURE_MAX_SECONDS) at the step time of

@@ -147,9 +147,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
 
   budget = Budget(config, workdir, start_step)  # train.steps, or train.budget_minutes's plan (None until made).
 
-  def rescheduled(runner):  # a cool-down needs the planned total: the steps compile again (the plan reserved it).
+  def rescheduled(runner):  # a cool-down needs the final total: the steps compile again (the plan reserved it).
     nonlocal schedule_steps
-    if not config.optimizer.cooldown_fraction or budget.total_steps == schedule_steps:
+    if not config.optimizer.cooldown_fraction or not budget.final or budget.total_steps == schedule_steps:
       return runner
     schedule_steps = budget.total_steps
     return runner_for(schedule_steps)
