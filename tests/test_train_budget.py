@@ -2,6 +2,7 @@
 and runs that plan, train exactly the planned steps, and resume after SIGTERM to the same planned total."""
 
 import json
+import math
 import os
 import re
 import signal
@@ -73,6 +74,17 @@ def test_plan_counts_time_already_spent_and_refuses_a_budget_too_small():
     budget_lib.plan_steps(**{**plan, "spent_seconds": 11.0})
   with pytest.raises(ValueError, match="step time must be positive, got 0.0"):
     budget_lib.plan_steps(**{**plan, "step_seconds": 0.0})
+
+
+def test_second_plan_comes_before_the_cooldown_of_a_machine_10_percent_slower():
+  # The demo's first plan: 1,599 steps at step 187, the last 20% (320 steps) cooling down from step 1,280.
+  assert budget_lib.replan_step(187, 1599, 0.2) == 187 + math.floor(0.85 * (1279 - 187)) == 1115
+  for first in (100, 1599, 20_000):
+    for plan_step in (30, first // 10):
+      slower = math.floor(0.9 * first)  # the steps a machine 10% slower than first timed can do.
+      assert plan_step < budget_lib.replan_step(plan_step, first, 0.2) < slower - round(0.2 * slower) + 1
+  assert budget_lib.replan_step(187, 1599, 0.0) == 187 + math.floor(0.85 * (1599 - 187))  # no cool-down: its end.
+  assert budget_lib.replan_step(60, 120, 0.5) == 61  # the cool-down begins where measuring may end: at once.
 
 
 def test_budget_config_is_validated(repo_root, tiny_corpus):

@@ -57,6 +57,7 @@ import numpy as np
 from etils import epath
 from jax.experimental import multihost_utils
 
+from jformer.train.optim import cooldown_steps
 from jformer.train.progress import say, write_json
 
 # Steps before the timed ones, the compiling one included (not in the estimate): the input pipeline fills and the
@@ -117,6 +118,14 @@ def plan_steps(*, budget_seconds: float, spent_seconds: float, done_steps: int, 
         f"the {min_steps} a budgeted run needs; give "
         f"train.budget_minutes >= {math.ceil(need / 60 * 10) / 10:g} or use train.steps")
   return total
+
+
+def replan_step(plan_step: int, planned_steps: int, cooldown_fraction: float) -> int:
+  """The step of the final plan: `REPLAN_FRACTION` of the way from the first plan (made at `plan_step`, for
+  `planned_steps`) to its cool-down, or to its end without one; after `plan_step` in any case. Late enough to time
+  most of the run, early enough that a machine some 10% slower than first timed still plans before its cool-down."""
+  cooldown_from = planned_steps - cooldown_steps(planned_steps, cooldown_fraction)
+  return plan_step + max(math.floor(REPLAN_FRACTION * (cooldown_from - plan_step)), 1)
 
 
 def stored_plan(config, workdir: epath.PathLike) -> dict:
@@ -191,7 +200,7 @@ class Budget:
       self.compile_seconds = (max(self._first_step_seconds - step_seconds, 0.0)
                               + max(evaluated - now - self.eval_seconds, 0.0))
     self.total_steps = self._planned(step, now, step_seconds, min_steps=max(MIN_STEPS, 2 * step - self.start_step))
-    self.replan_step = self._replan_at(step)
+    self.replan_step = replan_step(step, self.total_steps, self.cooldown_fraction)
     self.plan = {"budget_minutes": self.minutes, "planned_steps": self.total_steps, "step_seconds": step_seconds,
                  "eval_seconds": self.eval_seconds, "compile_seconds": self.compile_seconds,
                  "planned_at_step": step, "measured_steps": step - measure_from,
@@ -218,7 +227,7 @@ class Budget:
     self.plan.update({"planned_steps": self.total_steps, "first_planned_steps": first, "replanned_at_step": step,
                       "step_seconds": step_seconds})
     write_json(self.path, self.plan)
-    cooldown_from = self.total_steps - max(round(self.cooldown_fraction * self.total_steps), 1) + 1
+    cooldown_from = self.total_steps - cooldown_steps(self.total_steps, self.cooldown_fraction) + 1
     late = (f"; the cool-down should have begun at step {cooldown_from}: its learning rate drops at once"
             if self.cooldown_fraction and cooldown_from <= step else "")
     say(f"budget: planned again at step {step}: {step_seconds:.4f}s per step (mean of steps "
@@ -245,12 +254,6 @@ class Budget:
     return plan_steps(budget_seconds=self.minutes * 60, spent_seconds=spent, done_steps=step,
                       step_seconds=step_seconds, eval_seconds=eval_seconds, eval_every=self.eval_every,
                       min_steps=min_steps)
-
-  def _replan_at(self, step: int) -> int:
-    """`REPLAN_FRACTION` of the way from `step` to the first plan's cool-down (to its end without one): late enough
-    to time most of the run, early enough that a machine some 10% slower still plans before its cool-down."""
-    cooldown = max(round(self.cooldown_fraction * self.total_steps), 1) if self.cooldown_fraction else 0
-    return step + max(math.floor(REPLAN_FRACTION * (self.total_steps - cooldown - step)), 1)
 
   def _window_steps(self, step_seconds: float) -> int:
     """Steps of the timed window: MEASURE_FRACTION of the budget (at most MEASURE_MAX_SECONDS) at the step time of

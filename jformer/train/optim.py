@@ -7,6 +7,11 @@ import jax.numpy as jnp
 import optax
 
 
+def cooldown_steps(total_steps: int | None, cooldown_fraction: float) -> int:
+  """C, the cool-down's length: round(f * S) steps, at least 1 (0 without a fraction or a total)."""
+  return max(round(cooldown_fraction * total_steps), 1) if total_steps and cooldown_fraction else 0
+
+
 def paper_schedule(d_model: int, warmup_steps: int, scale: float = 1.0, *, total_steps: int | None = None,
                    cooldown_fraction: float = 0.0):
   """lrate = scale * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)  (paper eq. 3), step from 1.
@@ -21,13 +26,13 @@ def paper_schedule(d_model: int, warmup_steps: int, scale: float = 1.0, *, total
   """
   if warmup_steps <= 0:
     raise ValueError(f"optimizer.warmup_steps must be positive, got {warmup_steps}")
-  cooldown_steps = max(round(cooldown_fraction * total_steps), 1) if total_steps and cooldown_fraction else 0
+  cooldown = cooldown_steps(total_steps, cooldown_fraction)
 
   def schedule(count):
     step = jnp.asarray(count, jnp.float32) + 1.0
     lrate = scale * d_model**-0.5 * jnp.minimum(step**-0.5, step * warmup_steps**-1.5)
-    if cooldown_steps:
-      lrate = lrate * jnp.minimum(1.0, (total_steps + 1.0 - step) / cooldown_steps)
+    if cooldown:
+      lrate = lrate * jnp.minimum(1.0, (total_steps + 1.0 - step) / cooldown)
     return lrate
 
   return schedule
