@@ -313,8 +313,8 @@ def test_example_sweeps_expand(repo_root, monkeypatch):
   dtypes = sweep.load("configs/sweeps/demo_dtypes.py")  # equal steps, no time budget: only the dtype differs.
   assert [p.name for p in dtypes.points] == ["dtype=float32,seed=0", "dtype=bfloat16,seed=0", "dtype=bfloat16,seed=1"]
   assert dtypes.base == "configs/demo.py"
-  assert all(p.steps == 717 for p in dtypes.points) and dtypes.fixed["train.budget_minutes"] == 0.0
-  assert dtypes.fixed["data.batch_size"] == 64 and dtypes.fixed["optimizer.warmup_steps"] == 300  # the plot's recipe.
+  assert all(p.steps == 1487 for p in dtypes.points) and dtypes.fixed == {"train.budget_minutes": 0.0,
+                                                                         "train.steps": 1487}  # the demo's recipe.
   recipe = sweep.load("configs/sweeps/demo_recipe.py")  # the demo's batch and learning rate, chosen on valid loss.
   assert len(recipe.points) == 10 and recipe.fixed["train.budget_minutes"] == 0.0
   assert {(p.overrides["data.batch_size"], p.steps) for p in recipe.points} == {(64, 750), (32, 1400), (16, 2800)}
