@@ -33,16 +33,17 @@ run counts from its resume).
 The plan then replaces `train.steps`. The learning-rate schedule (paper eq. 3, `jformer.train.optim`) depends on the
 step number only up to its optional cool-down (the last `optimizer.cooldown_fraction` of the planned steps, which
 start after the final plan unless the machine slowed down by more than ~10% after the first: then it begins at
-once, logged), so the plans change none of the learning rates before them; `optimizer.warmup_steps` stays in steps (a plan shorter than the warm-up is logged: the run ends
-before the peak learning rate). Periodic checkpoint saves are asynchronous: the part that blocks the loop (copying
-the state off the device; 2-4 s for Orbax's first save on this machine kind) counts but is not planned for.
+once, logged), so the plans change none of the learning rates before them; `optimizer.warmup_steps` stays in steps
+(a plan shorter than the warm-up is logged: the run ends before the peak learning rate). Periodic checkpoint saves
+are asynchronous: the part that blocks the loop (copying the state off the device; 2-4 s for Orbax's first save on
+this machine kind) counts but is not planned for.
 
 Resume: a rerun reads the plan from budget.json and trains to its total (no new measurement; a run stopped between
-the two plans keeps the first), so a run preempted after the final plan ends like an uninterrupted one; a rerun with another `train.budget_minutes` is refused (to train on, set
-`train.budget_minutes=0` and `train.steps`). A run stopped before its plan measures again on resume, counting the
-steps it had done at the new step time. Several processes: every process plans from the times process 0 measured
-(`multihost_utils.broadcast_one_to_all`), so all train the same steps or stop with the same error; all of them take
-part in the evaluations.
+the two plans keeps the first), so a run preempted after the final plan ends like an uninterrupted one; a rerun
+with another `train.budget_minutes` is refused (to train on, set `train.budget_minutes=0` and `train.steps`). A run
+stopped before its plan measures again on resume, counting the steps it had done at the new step time. Several
+processes: every process plans from the times process 0 measured (`multihost_utils.broadcast_one_to_all`), so all
+train the same steps or stop with the same error; all of them take part in the evaluations.
 """
 
 from __future__ import annotations
@@ -160,6 +161,7 @@ class Budget:
     self._created = time.perf_counter()  # just before the first (compiling) step.
     self.path = epath.Path(workdir) / PLAN_FILE
     self.start_step, self.plan_step, self.replan_step = start_step, None, None  # fixed as the run goes.
+    self._measure_from = start_step + WARMUP_STEPS  # the timed window begins after this step.
     self._clock = self._measure_start = None
     self.plan = stored_plan(config, workdir)
     self.total_steps = self.plan.get("planned_steps") if self.minutes else config.train.steps
@@ -179,7 +181,7 @@ class Budget:
       self._first_step_seconds = self._clock - self._created
     if self.final:
       return False
-    measure_from = self.start_step + WARMUP_STEPS
+    measure_from = self._measure_from
     if step == measure_from:
       self._measure_start = _now_after(state)
     if step == measure_from + MEASURE_STEPS:
@@ -229,16 +231,15 @@ class Budget:
     write_json(self.path, self.plan)
     cooldown_from = self.total_steps - cooldown_steps(self.total_steps, self.cooldown_fraction) + 1
     late = (f"; the cool-down should have begun at step {cooldown_from}: its learning rate drops at once"
-            if self.cooldown_fraction and cooldown_from <= step else "")
+            if cooldown_from <= step else "")  # without a cool-down, cooldown_from is past the last step.
     say(f"budget: planned again at step {step}: {step_seconds:.4f}s per step (mean of steps "
-        f"{self.start_step + WARMUP_STEPS + 1}-{step}) -> {self.total_steps} steps (first plan {first}; stored in "
+        f"{self._measure_from + 1}-{step}) -> {self.total_steps} steps (first plan {first}; stored in "
         f"{self.path}){late}")
 
   def _step_seconds(self, step: int, now: float) -> float:
     """Seconds per step from the window's start to `step`, the periodic evaluations inside it taken out."""
-    measure_from = self.start_step + WARMUP_STEPS
-    periodic = (step - 1) // self.eval_every - measure_from // self.eval_every  # evaluations inside the window.
-    return max(now - self._measure_start - periodic * self.eval_seconds, 0.0) / (step - measure_from)
+    periodic = (step - 1) // self.eval_every - self._measure_from // self.eval_every  # evaluations in the window.
+    return max(now - self._measure_start - periodic * self.eval_seconds, 0.0) / (step - self._measure_from)
 
   def _reserve_seconds(self) -> float:
     return RESERVE_FRACTION * self.minutes * 60
