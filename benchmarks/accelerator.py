@@ -2,9 +2,9 @@
 
 Run on a GPU or TPU machine; prints the machine, then one table (and `--json`), and exits non-zero when a kernel
 misses its tolerance.
-1. Attention: each library kernel of this backend (`auto.KERNELS`: GPU `cudnn`, `pallas_gpu`; TPU `splash`) and
-   `auto`, against `dot_product` computed in float32 on the same (rounded) inputs, in bfloat16 and float32,
-   output and gradients wrt query, key and value over the queries that see a key. Calls: causal self-attention
+1. Attention: each library kernel of this backend (those with an `auto_priority`: GPU `cudnn`, `pallas_gpu`; TPU
+   `splash`) and `auto`, against `dot_product` computed in float32 on the same (rounded) inputs, in bfloat16 and
+   float32, output and gradients wrt query, key and value over the queries that see a key. Calls: causal self-attention
    with right padding; cross-attention with padding; causal self-attention over packed rows (segment ids, no
    positions). Error = max |kernel - reference| / max |reference|, per output and per gradient; tolerances
    (TOLERANCE): bfloat16 3e-2 (output), 6e-2 (gradients); float32 1e-2 for both (GPU kernels may run float32
@@ -119,10 +119,10 @@ def check_kernel(name: str, call, reps: int) -> dict:
 def kernels_to_check(backend: str, tiny: bool) -> tuple[list[str], list[str]]:
   """(kernels to check, lines saying what is skipped)."""
   from jformer import attention
-  from jformer.attention import auto
 
   names, skipped = [], []
-  for name in sorted({n for kernels in auto.KERNELS.values() for n in kernels}):
+  library = sorted((name for name, variant in attention.REGISTRY.items() if variant.auto_priority is not None))
+  for name in library:
     platforms = attention.get(name).platforms
     interpretable = "interpret" in attention.get(name).options
     if backend in platforms or (tiny and interpretable):

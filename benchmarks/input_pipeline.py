@@ -78,7 +78,7 @@ def main(argv=None):
   import jax
   import numpy as np
 
-  from jformer import config as config_lib, data, models
+  from jformer import config as config_lib, data, tasks
   from jformer.train import optim, state as state_lib, step as step_lib
 
   machine = common.announce()
@@ -112,7 +112,7 @@ def main(argv=None):
   # Packed rows number their examples 1, 2, ... (segmentation): a row's maximum is its example count.
   examples_per_batch = float(np.mean([b["inputs_segmentation"].max(axis=1).sum() for b in batches]))
 
-  model = models.build(config)
+  model = tasks.build_model(config)
   tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
   device_batches = [jax.tree.map(jax.numpy.asarray, b) for b in batches[:args.reps + 1]]
   state = state_lib.init_train_state(model, tx, jax.random.PRNGKey(0), device_batches[0])

@@ -20,16 +20,17 @@ import pathlib
 
 from jformer import config as jconfig
 
+HERE = pathlib.Path(__file__).parent
+
 
 def get_config():
-  config = jconfig.load(pathlib.Path(__file__).with_name("small.py"))
-  with config.unlocked():
-    config.model.dropout_rate = 0.1  # Paper P_drop.
-    config.model.dtype = "auto"  # bfloat16 where the CPU (or a GPU/TPU) multiplies it natively, else float32.
-    config.data.batch_size = 32  # 32 rows x 64 tokens per step: ~1,400 steps in 15 minutes on the README's CPU.
-    config.optimizer.warmup_steps = 600  # Peak lr = 256^-0.5 * 600^-0.5 = 2.6e-3 at step 600 (eq. 3).
-    config.train.eval_every = 500  # Each evaluation costs ~6 s of the budget.
-    config.train.checkpoint_every = 500
-    config.train.budget_minutes = 15.0  # Training steps planned from the measured step time (replaces train.steps).
-    config.optimizer.cooldown_fraction = 0.2  # The last 20% of the planned steps: learning rate linearly to 0.
+  config = jconfig.read(HERE / "small.py")
+  config.model.dropout_rate = 0.1  # Paper P_drop.
+  config.model.dtype = "auto"  # bfloat16 where the CPU (or a GPU/TPU) multiplies it natively, else float32.
+  config.data.batch_size = 32  # 32 rows x 64 tokens per step: ~1,400 steps in 15 minutes on the README's CPU.
+  config.optimizer.warmup_steps = 600  # Peak lr = 256^-0.5 * 600^-0.5 = 2.6e-3 at step 600 (eq. 3).
+  config.train.eval_every = 500  # Each evaluation costs ~6 s of the budget.
+  config.train.checkpoint_every = 500
+  config.train.budget_minutes = 15.0  # Training steps planned from the measured step time (replaces train.steps).
+  config.optimizer.cooldown_fraction = 0.2  # The last 20% of the planned steps: learning rate linearly to 0.
   return config

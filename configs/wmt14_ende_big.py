@@ -8,14 +8,15 @@ import pathlib
 
 from jformer import config as jconfig
 
+HERE = pathlib.Path(__file__).parent
+
 
 def get_config():
-  config = jconfig.load(pathlib.Path(__file__).with_name("wmt14_ende_base.py"))
-  big = jconfig.load(pathlib.Path(__file__).with_name("transformer_big.py"))
-  with config.unlocked():
-    config.model = big.model  # Table 3 big: d_model 1024, 16 heads, d_ff 4096, dropout 0.3.
-    config.train.steps = 300_000  # Paper big: 300k steps (3.5 days on 8 P100s).
-    config.train.checkpoint_every = 1000
-    config.train.keep_checkpoints = 20
-    config.train.average_checkpoints = 20  # Paper: average the last 20 checkpoints (big).
+  config = jconfig.read(HERE / "wmt14_ende_base.py")
+  big = jconfig.read(HERE / "transformer_big.py")
+  config.model = big.model  # Table 3 big: d_model 1024, 16 heads, d_ff 4096, dropout 0.3.
+  config.train.steps = 300_000  # Paper big: 300k steps (3.5 days on 8 P100s).
+  config.train.checkpoint_every = 1000
+  config.train.keep_checkpoints = 20
+  config.train.average_checkpoints = 20  # Paper: average the last 20 checkpoints (big).
   return config

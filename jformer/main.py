@@ -9,8 +9,7 @@
     jformer visualize-attention --workdir=runs/demo --text "Save the file before closing."
     jformer launch --sweep=configs/sweeps/attention_variants.py [--backend=local|slurm|tpu_vm] [--dry_run]
     jformer sweep-report --sweep=configs/sweeps/attention_variants.py
-    jformer attention list
-    jformer positional list
+    jformer list [attention|positional|dataset|task]
     jformer visualize-attention --workdir=runs/demo --text "Save the file." [--out=runs/demo/attention]
 
 Config overrides are `--config.<dotted.key>=<value>` after the sub-command. Every sub-command takes `--verbose`
@@ -99,13 +98,13 @@ def translate(args, overrides):
 
   from jformer import checkpoint
   from jformer import config as config_lib
-  from jformer import data, models
+  from jformer import data, tasks
   from jformer.decode.translator import make_translator
 
   _quiet_logs()
   config = config_lib.load_run(args.workdir, overrides)
   lines = _read_lines(args.input, "sentence")
-  model = models.build(config)
+  model = tasks.build_model(config)
   params = checkpoint.load_run_params(args.workdir, args.checkpoint)
   translator = make_translator(config, model, params, data.load_tokenizer(config, args.workdir))
   _write_lines(translator(lines, rng=jax.random.PRNGKey(config.train.seed)), args.output)
@@ -120,8 +119,7 @@ def _generate_arguments(parser):
   parser.add_argument("--output", default="-", help="file for the continuations, local or gs://... ('-' = stdout)")
   _checkpoint_argument(parser)
   parser.add_argument("--max_new_tokens", type=int, default=50, help="most tokens added to each prompt")
-  parser.add_argument("--method", choices=("beam", "greedy", "sample"),
-                      help="decoding method (default: the run's decode.method)")
+  parser.add_argument("--method", help="decoding method: beam, greedy or sample (default: the run's decode.method)")
   for flag, kind in (("temperature", float), ("top_k", int), ("top_p", float), ("beam_size", int), ("alpha", float),
                      ("batch_size", int)):
     parser.add_argument(f"--{flag}", type=kind, help=f"default: the run's decode.{flag}")
@@ -136,13 +134,13 @@ def generate(args, overrides):
 
   from jformer import checkpoint
   from jformer import config as config_lib
-  from jformer import data, models
+  from jformer import data, tasks
   from jformer.decode.generator import make_generator
 
   _quiet_logs()
   config = config_lib.load_run(args.workdir, overrides)
   lines = _read_lines(args.input, "prompt")
-  model = models.build(config)
+  model = tasks.build_model(config)
   options = {k: getattr(args, k) for k in ("method", "temperature", "top_k", "top_p", "beam_size", "alpha",
                                            "batch_size")}
   generator = make_generator(config, model, checkpoint.load_run_params(args.workdir, args.checkpoint),
@@ -220,11 +218,11 @@ def summary(args, overrides):
   import jax.numpy as jnp
 
   from jformer import config as config_lib
-  from jformer import models
+  from jformer import tasks
   from jformer.models import summary as summary_lib
 
   config = config_lib.load(args.config, overrides)
-  model = models.build(config)
+  model = tasks.build_model(config)
   counts = summary_lib.count_by_module(summary_lib.param_shapes(model), depth=args.depth)
   print(f"config: {args.config}  (architecture={config.model.get('architecture')}, "
         f"attention={config.model.attention}, positional={config.model.positional}, norm={config.model.norm})")
@@ -246,40 +244,63 @@ def summary(args, overrides):
 summary.add_arguments = _summary_arguments
 
 
+def _print_plugins(registry) -> None:
+  """One entry per registered plug-in: its name, its one-line description, then its options and learned
+  parameters where its kind has them."""
+  import inspect
+
+  for name, entry in registry.items():
+    options = ", ".join(option if default is inspect.Parameter.empty else f"{option}={default!r}"
+                        for option, default in getattr(entry, "options", {}).items())
+    learns = ", ".join(f"{param} [{', '.join(map(str, spec.shape))}]"
+                       for param, spec in getattr(entry, "params", {}).items())
+    details = "; ".join(part for part in (registry.details(name), options and f"options: {options}",
+                                          learns and f"learns: {learns}") if part)
+    print(f"{name:<20} {registry.doc(name)}" + (f"\n{'':<20} {details}" if details else ""))
+
+
+def _kinds() -> dict:
+  """Every plug-in registry by kind, all plug-in packages imported."""
+  from jformer import attention, data, positional, registry, tasks  # noqa: F401 (their registrations)
+
+  return registry.kinds()
+
+
 def _list_arguments(parser):
+  parser.add_argument("kind", nargs="?", help="a plug-in kind: attention variant, positional encoding, dataset, "
+                      "task (default: every kind)")
+
+
+@command("list", "list the registered plug-ins of every kind (or of one): attention variants, positional "
+         "encodings, datasets, tasks")
+def list_command(args, overrides):
+  kinds = _kinds()
+  chosen = [k for k in kinds if args.kind in (None, k, k.split()[0])]
+  if not chosen:
+    raise ValueError(f"unknown plug-in kind '{args.kind}'; kinds: {sorted(kinds)}")
+  for kind in chosen:
+    print(f"{kind}s:")
+    _print_plugins(kinds[kind])
+
+
+list_command.add_arguments = _list_arguments
+
+
+def _list_action(parser):
   parser.add_argument("action", choices=["list"], help="'list': the registered names, what each does and takes")
 
 
-def _print_plugins(registry, describe) -> None:
-  """One entry per registered plug-in: name and doc, then `describe(entry)`, its options and learned parameters."""
-  import inspect
-
-  for name in registry.available():
-    entry = registry.get(name)
-    options = ", ".join(option if default is inspect.Parameter.empty else f"{option}={default!r}"
-                        for option, default in entry.options.items())
-    learns = ", ".join(f"{param} [{', '.join(map(str, spec.shape))}]" for param, spec in entry.params.items())
-    print(f"{name:<20} {entry.doc}")
-    print(f"{'':<20} {describe(entry)}" + (f"; options: {options}" if options else "")
-          + (f"; learns: {learns}" if learns else ""))
-
-
-@command("attention", "list the registered attention variants")
+@command("attention", "list the registered attention variants (= jformer list attention)")
 def attention_command(args, overrides):
-  from jformer import attention
-
-  _print_plugins(attention, lambda variant: f"supports: {', '.join(sorted(variant.supports))}"
-                 + ("" if variant.weights else " (no attention weights)"))
+  _print_plugins(_kinds()["attention variant"])
 
 
-@command("positional", "list the registered positional encodings")
+@command("positional", "list the registered positional encodings (= jformer list positional)")
 def positional_command(args, overrides):
-  from jformer import positional
-
-  _print_plugins(positional, lambda encoding: f"acts: {encoding.acts}")
+  _print_plugins(_kinds()["positional encoding"])
 
 
-attention_command.add_arguments = positional_command.add_arguments = _list_arguments
+attention_command.add_arguments = positional_command.add_arguments = _list_action
 
 
 def _visualize_arguments(parser):
@@ -297,11 +318,11 @@ def visualize_attention(args, overrides):
 
   from jformer import checkpoint
   from jformer import config as config_lib
-  from jformer import data, models, visualize
+  from jformer import data, tasks, visualize
 
   _quiet_logs()
   config = config_lib.load_run(args.workdir, overrides)
-  model = models.build(config)
+  model = tasks.build_model(config)
   maps = visualize.attention_maps(config, model, checkpoint.load_run_params(args.workdir, args.checkpoint),
                                   data.load_tokenizer(config, args.workdir), args.text,
                                   rng=jax.random.PRNGKey(config.train.seed))

@@ -12,8 +12,11 @@ nothing here has run against real Cloud Storage.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import uuid
+from typing import Iterator, TextIO
 
 from etils import epath
 
@@ -43,3 +46,19 @@ def write_atomically(path: epath.PathLike, data: bytes | str) -> None:
   except BaseException:
     tmp.unlink(missing_ok=True)
     raise
+
+
+@contextlib.contextmanager
+def file_lock(path: str, *, wait: bool = True) -> Iterator[TextIO]:
+  """Holds an exclusive `fcntl.flock` on the local file `path` (created if missing) while the block runs, and
+  yields the open file (a holder may write who it is). The operating system releases the lock when the block ends
+  or the process does, in any way (exit, traceback, kill -9), so no crash leaves it held; flock also holds between
+  hosts on NFS (Linux emulates it with fcntl locks there).
+
+  Raises:
+    BlockingIOError: `wait=False` and another process holds it.
+    OSError: the file cannot be created, or the file system refuses locks (Lustre mounted without `flock`).
+  """
+  with open(path, "a+", encoding="utf-8") as f:
+    fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    yield f

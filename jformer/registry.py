@@ -1,8 +1,13 @@
-"""One small registry class for every kind of plug-in (attention variants, positional encodings, datasets), and
-the declaration of a plug-in's learned parameters.
+"""One small registry class for every kind of plug-in (attention variants and kernels, positional encodings,
+datasets, tasks), and the declaration of a plug-in's learned parameters.
 
-A `Registry` maps a config string to an entry; an unknown name is refused with the known ones listed. A
-plug-in that learns something declares its parameters as `Param`s; the Flax module that uses it creates them
+A `Registry` maps a config string to an entry. Every kind registers the same way, with `REGISTRY.register(name,
+**declaration)` above a function or class; the kind turns the declaration into its entry (`declare`), so an
+attention variant's entry holds what it supports, a task's entry its model. An unknown name is refused with the
+known ones listed; a name registered twice is refused naming both places. Tests and notebooks add entries for one
+block with `temporary()`. `kinds()` lists every registry by kind (`jformer list`).
+
+A plug-in that learns something declares its parameters as `Param`s; the Flax module that uses it creates them
 (`jformer.models.plugin_params.create`), so the plug-in's math stays a pure function of explicit arrays.
 
 This module sits below every layer of jformer and imports none of it.
@@ -10,33 +15,72 @@ This module sits below every layer of jformer and imports none of it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import inspect
-from typing import Any, Callable, Generic, Mapping, TypeVar
+import os
+import sys
+from typing import Any, Callable, Generic, Iterator, Mapping, TypeVar
 
 import jax
 import jax.numpy as jnp
 
 Entry = TypeVar("Entry")
 
+_KINDS: dict[str, Registry] = {}
+_GENERATION = [0]  # bumped whenever any registry changes: what was resolved from names before may be stale.
+
 
 class Registry(Generic[Entry]):
   """name -> entry, for one kind of plug-in (`kind` names it in messages, e.g. "attention variant").
 
-  With `patterns=True` a name may be a glob ("wmt*_translate/*") that `get` matches after the exact names.
+  Args:
+    kind: what an entry is, e.g. "attention variant"; one registry per kind (`kinds()`).
+    declare: `declare(name, obj, **declaration) -> entry`, the kind's reading of a registration (checks and
+      the entry); default: the registered object itself.
+    patterns: a name may be a glob ("wmt*_translate/*") that `get` matches after the exact names.
+    details: `details(entry) -> str`, what `jformer list` prints under an entry's one-line doc (e.g. the features
+      a variant supports); default none.
   """
 
-  def __init__(self, kind: str, *, patterns: bool = False):
+  def __init__(self, kind: str, *, declare: Callable[..., Entry] | None = None, patterns: bool = False,
+               details: Callable[[Entry], str] | None = None):
+    if kind in _KINDS:
+      raise ValueError(f"a registry of kind '{kind}' exists already ({_KINDS[kind]!r})")
     self.kind = kind
+    self._declare = declare or (lambda name, obj: obj)
     self._patterns = patterns
+    self._details = details or (lambda entry: "")
     self._entries: dict[str, Entry] = {}
+    self._origins: dict[str, str] = {}
+    _KINDS[kind] = self
 
-  def add(self, name: str, entry: Entry) -> Entry:
-    """Registers `entry` as `name`; a name registered twice is an error (two plug-ins would shadow each other)."""
+  def __repr__(self) -> str:
+    return f"Registry({self.kind!r}, {len(self._entries)} entries)"
+
+  def register(self, name: str, *, origin: str | None = None, **declaration) -> Callable:
+    """Decorator: registers the function or class below it as `name`, read by the kind's `declare`. `origin`:
+    where the registration is written ("file:line"; default the caller, `caller()` from a kind's own wrapper)."""
+    origin = origin or _origin(sys._getframe(1))
+
+    def wrap(obj):
+      self.add(name, self._declare(name, obj, **declaration), origin=origin)
+      return obj
+
+    return wrap
+
+  def add(self, name: str, entry: Entry, *, origin: str | None = None) -> Entry:
+    """Registers `entry` as `name`; a name registered twice is an error naming both places (two plug-ins would
+    shadow each other). `origin`: where it is registered ("file:line"), default the caller."""
+    origin = origin or _origin(sys._getframe(1))
     if name in self._entries:
-      raise ValueError(f"{self.kind} '{name}' is registered twice")
+      raise ValueError(f"{self.kind} '{name}' is registered twice: at {self._origins[name]} and at {origin}; "
+                       "rename one of them, or import the file once (a file named in config.imports is not "
+                       "also imported by another plug-in)")
     self._entries[name] = entry
+    self._origins[name] = origin
+    _GENERATION[0] += 1
     return entry
 
   def get(self, name: str) -> Entry:
@@ -54,8 +98,64 @@ class Registry(Generic[Entry]):
     """Sorted registered names."""
     return sorted(self._entries)
 
+  def items(self) -> list[tuple[str, Entry]]:
+    """(name, entry) pairs, sorted by name."""
+    return sorted(self._entries.items())
+
+  def origin(self, name: str) -> str:
+    """Where `name` was registered ("file:line")."""
+    self.get(name)
+    return self._origins[name]
+
+  def doc(self, name: str) -> str:
+    """The entry's one-line description (its `doc`, or its docstring's first line)."""
+    entry = self.get(name)
+    return getattr(entry, "doc", "") or first_line(entry.__doc__)
+
+  def details(self, name: str) -> str:
+    """What `jformer list` says about the entry besides its doc (its kind's `details`)."""
+    return self._details(self.get(name))
+
   def __contains__(self, name: str) -> bool:
     return name in self._entries
+
+  @contextlib.contextmanager
+  def temporary(self) -> Iterator[Registry]:
+    """Within the block, entries may be registered (e.g. by a test); they are dropped when it ends."""
+    entries, origins = dict(self._entries), dict(self._origins)
+    try:
+      yield self
+    finally:
+      self._entries, self._origins = entries, origins
+      _GENERATION[0] += 1
+
+
+def generation() -> int:
+  """A number that changes whenever an entry is added to (or dropped from) any registry: a cache of what names
+  resolved to is valid while it stays the same."""
+  return _GENERATION[0]
+
+
+def kinds() -> dict[str, Registry]:
+  """Every registry, by kind (those of the modules imported so far)."""
+  return dict(sorted(_KINDS.items()))
+
+
+def caller(depth: int = 1) -> str:
+  """'file:line' of the caller of the function that calls this (`depth` frames further up): where a kind's
+  `register(...)` wrapper was written, for `Registry.register(origin=...)`."""
+  return _origin(sys._getframe(depth + 1))
+
+
+def _origin(frame) -> str:
+  """'file:line' of `frame`, the file relative to the working directory when under it."""
+  path = frame.f_code.co_filename
+  try:
+    relative = os.path.relpath(path)
+    path = path if relative.startswith("..") else relative
+  except ValueError:  # another drive (Windows)
+    pass
+  return f"{path}:{frame.f_lineno}"
 
 
 def option_type(parameter: inspect.Parameter) -> type | None:
@@ -108,7 +208,7 @@ class Param:
       "heads", "kv_heads", "head_dim", "d_model", "max_length") or among the plug-in's options (e.g. an
       additive scorer's "hidden_size").
     init: `init(key, shape, dtype) -> array`, e.g. `jax.nn.initializers.lecun_normal()`.
-    axes: logical axis names, one per dimension, mapped to mesh axes by `jformer.parallel.mesh`
+    axes: logical axis names, one per dimension, mapped to mesh axes by `jformer.axes.RULES`
       (e.g. "heads" -> tensor parallelism); None = the dimension names (a name without a rule is replicated).
   """
   shape: tuple

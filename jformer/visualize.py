@@ -72,7 +72,7 @@ def attention_maps(config, model, params, tokenizer, text: str, *, rng=None) -> 
   """Translates `text` with the run's decoder (`config.decode`) and records the attention of that translation."""
   if not model.is_encoder_decoder:
     raise ValueError("visualize-attention needs an encoder-decoder run (model.architecture='transformer')")
-  variant = model.config.attention_variant()
+  variant = model.config.attention_variant
   if variant.weights is None:
     raise ValueError(f"attention variant '{variant.name}' has no weights function (it never forms attention "
                      "weights), so there are no attention maps to draw")

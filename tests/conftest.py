@@ -17,13 +17,16 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def scratch_registries(monkeypatch):
-  """Attention variants and positional encodings registered during a test are dropped after it."""
-  from jformer.attention import registry as attention_registry
-  from jformer.positional import registry as positional_registry
+def scratch_registries():
+  """Plug-ins of every kind registered during a test are dropped after it (`Registry.temporary`)."""
+  import contextlib
 
-  for registry in (attention_registry._REGISTRY, positional_registry.REGISTRY):
-    monkeypatch.setattr(registry, "_entries", dict(registry._entries))
+  from jformer import config, registry  # noqa: F401 (config imports every plug-in package)
+
+  with contextlib.ExitStack() as stack:
+    for kind in registry.kinds().values():
+      stack.enter_context(kind.temporary())
+    yield
 
 
 @pytest.fixture

@@ -31,10 +31,13 @@ def test_check_refuses_missing_features_and_unknown_options():
 
 
 def test_register_twice_and_unknown_feature_fail():
-  with pytest.raises(ValueError, match="registered twice"):
-    attention.register("dot_product", supports={"causal"})(attention.dot_product.dot_product)
+  with pytest.raises(ValueError, match=r"attention variant 'dot_product' is registered twice: at jformer/attention/"
+                                       r"dot_product.py:\d+ and at tests/test_attention_registry.py:\d+; rename"):
+    attention.register("dot_product", supports={"causal"}, weights=attention.softmax_weights)(
+        attention.dot_product.dot_product)
   with pytest.raises(ValueError, match="unknown features"):
-    attention.register("other", supports={"telepathy"})
+    attention.register("other", supports={"telepathy"}, weights=attention.softmax_weights)(
+        attention.dot_product.dot_product)
 
 
 def test_register_requires_the_one_signature(scratch_registries):
@@ -46,7 +49,7 @@ def test_options_come_from_the_signature_and_required_ones_are_checked(scratch_r
   with pytest.raises(ValueError, match=r"needs option\(s\) \['width'\].*\(in example_options= of the registration\)"):
     attention.register("toy", supports={"causal"})(lambda query, key, value, *, width, **masking: query)
 
-  @attention.register("toy", supports={"causal"}, example_options=dict(width=3))
+  @attention.register("toy", supports={"causal"}, weights=attention.softmax_weights, example_options=dict(width=3))
   def toy(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
           kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, width, depth=2):
     """A toy variant."""
@@ -66,7 +69,8 @@ def test_options_come_from_the_signature_and_required_ones_are_checked(scratch_r
 def test_runnable_options_fill_required_ones_from_the_examples_under_overrides(scratch_registries):
   """The one rule for sweeps and benchmarks: defaults, required options from example_options, the user's on top."""
 
-  @attention.register("toy", supports={"causal"}, example_options=dict(width=3, depth=1))
+  @attention.register("toy", supports={"causal"}, weights=attention.softmax_weights,
+                      example_options=dict(width=3, depth=1))
   def toy(query, key, value, *, width: int, depth: int = 2, **masking):
     """A toy variant."""
     return query
@@ -86,7 +90,7 @@ def test_runnable_options_fill_required_ones_from_the_examples_under_overrides(s
 def test_registry_repeats_kv_heads_for_variants_without_gqa(scratch_registries):
   seen = []
 
-  @attention.register("heads_as_queries", supports={"causal"})
+  @attention.register("heads_as_queries", supports={"causal"}, weights=attention.softmax_weights)
   def heads_as_queries(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None,
                        q_positions=None, kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None):
     """Needs as many key/value heads as query heads."""
@@ -148,9 +152,15 @@ def test_declared_params_are_required_and_shaped_from_model_dims_and_options():
     additive.fn(q, q, q)
 
 
-def test_a_variant_without_weights_needs_a_reference(scratch_registries):
-  with pytest.raises(ValueError, match="has no weights function: give it a reference="):
-    attention.register("opaque", supports={"causal"}, weights=None)
+def test_a_variant_declares_what_it_computes(scratch_registries):
+  """weights= has no default: a variant gives its weights or a reference formula. A plug-in written when weights=
+  defaulted to softmax attention's is refused in one line that says what changed and what to pass."""
+  with pytest.raises(ValueError, match=r"'opaque' declares neither weights= nor reference=.* has no default .*"
+                                       r"passes weights=jformer.attention.softmax_weights"):
+    attention.register("opaque", supports={"causal"})(lambda query, key, value, **masking: query)
+  attention.register("opaque", supports={"causal"}, reference=attention.get("dot_product").reference)(
+      lambda query, key, value, **masking: query)
+  assert attention.get("opaque").weights is None
   with pytest.raises(ValueError, match="must take a `params` keyword argument"):
     attention.register("learned", supports=set(), params={"w": registry.Param((2,), jax.nn.initializers.zeros)})(
         lambda query, key, value, **masking: query)

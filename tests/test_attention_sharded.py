@@ -1,10 +1,9 @@
-"""The Pallas kernels on a device mesh (8 fake CPU devices, kernels in the Pallas interpreter): under `jit` with the
-mesh and logical-axis rules in context each device runs the kernel on its share of batch and heads
+"""The Pallas kernels on a device mesh (8 fake CPU devices, kernels in the Pallas interpreter): given the mesh as an
+argument (`mesh=`, a `jformer.axes.Placement`) each device runs the kernel on its share of batch and heads
 (`jformer.attention.sharded`), with the numbers of one device and no all-gather of the operands."""
 
 import functools
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,9 +11,8 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import test_parallel as parallel
-from jformer import attention, models
+from jformer import attention, axes, tasks
 from jformer.attention import auto, sharded
-from jformer.parallel.mesh import LOGICAL_AXIS_RULES, MESH_AXES
 from jformer.train import optim
 from jformer.train.runner import make_runner
 
@@ -28,17 +26,7 @@ MESHES = {"data2_fsdp2_tensor2": (2, 2, 2), "data2_tensor4": (2, 1, 4)}  # 2 hea
 
 
 def mesh_of(shape):
-  return Mesh(np.asarray(jax.devices()[:int(np.prod(shape))]).reshape(shape), MESH_AXES)
-
-
-def in_mesh(mesh, fn):
-  """`fn` traced with the mesh and the rules in context, as MeshRunner traces its steps."""
-
-  def traced(*args):
-    with sharded.use_mesh(mesh, LOGICAL_AXIS_RULES):
-      return fn(*args)
-
-  return traced
+  return Mesh(np.asarray(jax.devices()[:int(np.prod(shape))]).reshape(shape), axes.MESH_AXES)
 
 
 def problem(length, kv_heads, batch=4, heads=2, head_dim=8):
@@ -49,9 +37,10 @@ def problem(length, kv_heads, batch=4, heads=2, head_dim=8):
   return q, k, v, ids.at[0, -5:].set(0)
 
 
-def output_and_grads(name, options):
+def output_and_grads(name, options, mesh=None):
   def attend(q, k, v, ids):
-    return attention.get(name).fn(q, k, v, causal=True, q_segment_ids=ids, kv_segment_ids=ids, **options)
+    return attention.get(name).fn(q, k, v, causal=True, q_segment_ids=ids, kv_segment_ids=ids, **options,
+                                  mesh=None if mesh is None else axes.Placement(mesh))
 
   def loss(q, k, v, ids):
     return jnp.sum(jnp.where((ids != 0)[:, :, None, None], attend(q, k, v, ids), 0.0) ** 2)
@@ -73,7 +62,7 @@ def test_kernel_on_a_mesh_equals_one_device_without_gathering(kernel, mesh_shape
   mesh = mesh_of(MESHES[mesh_shape])
   args = problem(length, kv_heads)
   want_out, want_grads = jax.jit(output_and_grads(name, options))(*args)
-  step = jax.jit(in_mesh(mesh, output_and_grads(name, options)), in_shardings=shardings(mesh, kv_heads))
+  step = jax.jit(output_and_grads(name, options, mesh), in_shardings=shardings(mesh, kv_heads))
   out, grads = step(*args)
   rows = np.asarray(args[3] != 0)
   np.testing.assert_allclose(np.asarray(out)[rows], np.asarray(want_out)[rows], atol=1e-5)
@@ -83,8 +72,8 @@ def test_kernel_on_a_mesh_equals_one_device_without_gathering(kernel, mesh_shape
   assert "all-gather" not in step.lower(*args).compile().as_text()
 
 
-def test_without_the_mesh_in_context_the_kernel_gathers_its_operands():
-  """What `sharded` avoids: the same jit, the kernel traced with no mesh in context, gathers q/k/v."""
+def test_without_the_mesh_the_kernel_gathers_its_operands():
+  """What `sharded` avoids: the same jit, the kernel given no mesh, gathers q/k/v."""
   name, options, length, kv_heads = KERNELS["splash"]
   mesh = mesh_of(MESHES["data2_fsdp2_tensor2"])
   step = jax.jit(output_and_grads(name, options), in_shardings=shardings(mesh, kv_heads))
@@ -96,11 +85,9 @@ def test_one_device_or_no_rules_calls_the_kernel_directly():
   seen = []
   kernel = lambda q, k, v, q_ids, kv_ids: seen.append((q.shape, k.shape, q_ids is None, kv_ids)) or q
   q, k, v, ids = problem(8, 1)
-  sharded.per_device(kernel, q, k, v, ids[:1])  # no mesh in context
-  with jax.sharding.use_abstract_mesh(mesh_of(MESHES["data2_fsdp2_tensor2"]).abstract_mesh):
-    sharded.per_device(kernel, q, k, v)  # a mesh, no rules
-  with nn.logical_axis_rules(LOGICAL_AXIS_RULES), jax.sharding.use_abstract_mesh(mesh_of((1, 1, 1)).abstract_mesh):
-    sharded.per_device(kernel, q, k, v)  # rules, one device
+  sharded.per_device(kernel, q, k, v, ids[:1], mesh=None)  # no mesh
+  sharded.per_device(kernel, q, k, v, mesh=axes.Placement(mesh_of(MESHES["data2_fsdp2_tensor2"]), rules=()))
+  sharded.per_device(kernel, q, k, v, mesh=axes.Placement(mesh_of((1, 1, 1))))  # rules, one device
   assert seen == [((4, 8, 2, 8), (4, 8, 1, 8), False, None)] + [((4, 8, 2, 8), (4, 8, 1, 8), True, None)] * 2
 
 
@@ -115,14 +102,14 @@ def test_each_device_gets_its_share_and_grouped_heads_follow_their_queries():
 
   q, k, v, ids = problem(8, 1)
   mesh = mesh_of(MESHES["data2_fsdp2_tensor2"])
-  run = jax.jit(in_mesh(mesh, functools.partial(sharded.per_device, kernel)),
+  run = jax.jit(functools.partial(sharded.per_device, kernel, mesh=axes.Placement(mesh)),
                 in_shardings=shardings(mesh, 1)[:3] + (NamedSharding(mesh, PartitionSpec()),))
   np.testing.assert_array_equal(run(q, k, v, ids[:1]), q)
   assert seen == [((1, 8, 1, 8), (1, 8, 1, 8), (1, 8), None)]
 
 
 def test_mesh_runner_trains_with_splash_as_with_dot_product(monkeypatch):
-  """MeshRunner traces its steps with the mesh and rules in context: one training step of `auto` on a (pretended)
+  """The model holds the runner's mesh and passes it to the kernels: one training step of `auto` on a (pretended)
   TPU, so splash (interpreted, run per device) for every attention, on data 2 x fsdp 2 x tensor 2, gives
   dot_product's loss and parameters."""
   monkeypatch.setattr(auto, "_backend", lambda: "tpu")
@@ -133,14 +120,17 @@ def test_mesh_runner_trains_with_splash_as_with_dot_product(monkeypatch):
   results = {}
   for name in ("auto", "dot_product"):
     config = parallel.tiny_config(**parallel.LAYOUTS["data2_fsdp2_tensor2"], **{"model.attention": name})
-    model = models.build(config)
+    model = tasks.build_model(config)
     tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
     runner = make_runner(config, model, tx, schedule, {k: np.zeros((1, 16), np.int32) for k in ("inputs", "targets")})
     state, metrics = runner.train_step(runner.init_state(jax.random.PRNGKey(0)), parallel.batch(0))
     results[name] = metrics["loss"], jax.device_get(state.params)
-  # Every call is splash; in the train step (encoder, decoder, cross-attention) each runs per device: 4 rows and 2
-  # of the 4 heads on each. (Initialization, traced outside the mesh context on a 1-row batch, calls it directly.)
-  assert set(chosen) == {"splash"} and specs == [PartitionSpec(("data", "fsdp"), None, "tensor", None)] * 3
+  # Every call is splash, run per device: in the train step (encoder, decoder, cross-attention) 4 rows and 2 of the
+  # 4 heads on each; initialization (traced twice: shapes, then the sharded init) splits only the heads, its 1-row
+  # example batch not being divisible by data x fsdp.
+  assert set(chosen) == {"splash"}
+  assert specs == [PartitionSpec(None, None, "tensor", None)] * 6 + [PartitionSpec(("data", "fsdp"), None, "tensor",
+                                                                                   None)] * 3
   np.testing.assert_allclose(results["auto"][0], results["dot_product"][0], atol=1e-5)
   for got, want in zip(jax.tree.leaves(results["auto"][1]), jax.tree.leaves(results["dot_product"][1]), strict=True):
     np.testing.assert_allclose(got, want, atol=1e-5)

@@ -64,4 +64,4 @@ def test_additive_is_bahdanaus_score_written_out():
 def test_similarity_variants_are_selectable_by_config_with_their_options():
   config = TransformerConfig.from_config(dict(vocab_size=50, d_model=64, num_heads=4, attention="additive",
                                               attention_options={"hidden_size": 32}))
-  assert config.attention_variant().param_shapes(config.dims, dict(config.attention_options))["score_weight"] == (4, 32)
+  assert config.attention_variant.param_shapes(config.dims, dict(config.attention_options))["score_weight"] == (4, 32)

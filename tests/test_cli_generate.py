@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import pytest
 
 from conftest import REPO, tiny_overrides
-from jformer import checkpoint, data, main, models
+from jformer import checkpoint, data, main, tasks
 from jformer import config as config_lib
 from jformer.decode.generator import Generator
 from jformer.train.loop import write_config
@@ -29,7 +29,7 @@ def build_run(workdir, corpus, architecture: str):
   write_config(config, workdir)
   texts = [line for name in ("train.src", "train.tgt") for line in (corpus / name).read_text().splitlines()]
   tokenizer = data.get_tokenizer(data.vocab_path(config, workdir), lambda: texts, vocab_size=config.model.vocab_size)
-  model = models.build(config)
+  model = tasks.build_model(config)
   tokens = jnp.ones((1, 8), jnp.int32)
   args, kwargs = model.call_arguments({"inputs": tokens, "targets": tokens})
   params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), *args, **kwargs))["params"]

@@ -148,12 +148,12 @@ def test_config_refuses_packing_with_batch_tokens_and_language_models():
   with pytest.raises(ValueError, match=r"data.batch_tokens=4096 and data.packing=True .* set data.packing=False"):
     config_lib.validate(config_lib.load(demo, {"data.batch_tokens": 4096}))
   config_lib.validate(config_lib.load(demo, {"data.batch_tokens": 4096, "data.packing": False}))
-  with pytest.raises(ValueError, match="language-model rows are always full .* set data.batch_tokens=0"):
+  with pytest.raises(ValueError, match="model.architecture='lm' rows are always full .* set data.batch_tokens=0"):
     config_lib.validate(config_lib.load(REPO / "configs" / "lm_demo.py",
                                         {"data.batch_tokens": 4096, "data.packing": False}))
   with pytest.raises(ValueError, match="data.batch_tokens=-1 must be at least 0"):
     config_lib.validate(config_lib.load(demo, {"data.batch_tokens": -1}))
-  assert "data.batch_tokens" in config_lib.RUN_KEYS  # the data order of a checkpoint depends on it.
+  assert config_lib.is_identity("data.batch_tokens")  # the data order of a checkpoint depends on it.
   with pytest.raises(ValueError, match="use packing=False with batch_tokens"):
     pipeline.make_datasets(dataset="parallel_text", tokenizer=None, batch_size=8, max_length=16, batch_tokens=256)
 

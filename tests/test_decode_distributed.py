@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from jformer import config as config_lib  # noqa: E402
-from jformer import models  # noqa: E402
+from jformer import tasks  # noqa: E402
 from jformer.decode.distributed import RowParallel  # noqa: E402
 from jformer.decode.translator import Translator  # noqa: E402
 from jformer.ops.tokens import EOS_ID, PAD_ID  # noqa: E402
@@ -55,7 +55,7 @@ def tiny_model():
       "model.vocab_size": VOCAB, "model.d_model": 32, "model.num_heads": 2, "model.d_ff": 64,
       "model.num_encoder_layers": 1, "model.num_decoder_layers": 1, "model.max_length": 64,
       "model.dropout_rate": 0.0})
-  model = models.build(config)
+  model = tasks.build_model(config)
   tokens = np.ones((1, 8), np.int32)
   params = jax.jit(model.init)(jax.random.PRNGKey(0), *model.call_arguments({"inputs": tokens, "targets": tokens})[0])
   return model, jax.tree.map(lambda x: 4.0 * x, params["params"])
@@ -95,7 +95,7 @@ def test_one_device_translations_are_diverse(one_device):
 @pytest.mark.parametrize("batch_size", [6, 13])
 def test_eight_devices_translate_like_one(model_and_params, one_device, method, batch_size):
   """Batches of 8 or 16 rows (6 or 13 rounded up to 8 devices), the last one padded, vs batches of 6 rows."""
-  from jformer.train import bleu
+  from jformer.tasks import bleu
 
   assert jax.device_count() == 8
   hypotheses = translate(*model_and_params, method, batch_size=batch_size)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import positional_overrides
-from jformer import attention, models, positional
+from jformer import attention, positional, tasks
 from jformer import config as config_lib
 from jformer.decode import generator
 from jformer.decode.translator import Translator
@@ -38,7 +38,7 @@ def lm_config(**overrides):
 def lm_and_params(**overrides):
   """A small random LanguageModel; its input embedding scaled up so that greedy outputs vary from step to step (at
   initialisation they repeat one token), the logits staying of order 1."""
-  model = models.build(lm_config(**overrides))
+  model = tasks.build_model(lm_config(**overrides))
   params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), jnp.ones((2, 8), jnp.int32)))["params"]
   params["embedding"] = {"embedding": 8.0 * params["embedding"]["embedding"]}
   return model, params
@@ -178,7 +178,7 @@ def test_decoders_refuse_the_other_task():
   lm, lm_params = lm_and_params()
   with pytest.raises(ValueError, match="language model .* use `jformer generate`"):
     Translator(lm, lm_params, WordTokenizer())
-  transformer = models.build(config_lib.load(DEMO, {"model.vocab_size": VOCAB, "model.d_model": 32,
+  transformer = tasks.build_model(config_lib.load(DEMO, {"model.vocab_size": VOCAB, "model.d_model": 32,
                                                     "model.num_heads": 2, "model.d_ff": 64}))
   with pytest.raises(ValueError, match="translation model .* use `jformer translate`"):
     generator.Generator(transformer, {}, WordTokenizer())

@@ -10,10 +10,10 @@ import pytest
 
 from conftest import positional_overrides
 from jformer import config as config_lib
-from jformer import models, positional
+from jformer import positional, tasks
 from jformer.data.baselines import split_text_bytes, xz_bits_per_byte
 from jformer.ops.tokens import EOS_ID
-from jformer.train import tasks
+from jformer import tasks
 from jformer.train.step import make_eval_step
 
 
@@ -74,7 +74,7 @@ def direct_nats(apply, params, ids, max_length):
 @pytest.fixture(scope="module")
 def lm():
   config = tiny_lm_config()
-  model = models.build(config)
+  model = tasks.build_model(config)
   params = model.init(jax.random.PRNGKey(1), np.ones((1, 8), np.int32))["params"]
   rng = np.random.default_rng(0)
   splits = {"train": documents(rng, [9, 4]), "valid": documents(rng, [5, 12, 9, 1]),
@@ -102,7 +102,7 @@ def test_every_positional_encoding_evaluates_beyond_the_training_length(lm, enco
   """Trained at data.max_length 12, scored at 32 = model.max_length: the tables cover it, learned ones included."""
   _, _, _, datasets, _ = lm
   config = tiny_lm_config(**positional_overrides(encoding))
-  model = models.build(config)
+  model = tasks.build_model(config)
   params = model.init(jax.random.PRNGKey(1), np.ones((1, 8), np.int32))["params"]
   step = jax.jit(make_eval_step(model))
   task = tasks.LanguageModelTask(config, datasets)

@@ -15,7 +15,7 @@ from conftest import REPO
 from test_lm_task import direct_nats
 from test_train_loop import assert_same_params, final_params
 
-from jformer import checkpoint, data, main, models
+from jformer import checkpoint, data, main, tasks
 from jformer import config as config_lib
 from jformer.ops.tokens import EOS_ID
 from jformer.train.loop import train_and_evaluate
@@ -91,7 +91,7 @@ def test_bits_per_byte_of_the_run_is_its_summed_nll_over_the_bytes(lm_run, text_
   workdir, results = lm_run
   config = config_lib.load_run(workdir)
   tokenizer = data.load_tokenizer(config, workdir)
-  model = models.build(config)
+  model = tasks.build_model(config)
   params = checkpoint.load_run_params(workdir)
   documents = (text_corpus / "valid.txt").read_text(encoding="utf-8").rstrip("\n").split("\n\n")
   assert len(documents) == 8

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import positional_overrides
 from jformer import config as config_lib
-from jformer import attention, models, positional
+from jformer import attention, positional, tasks
 from jformer.attention import auto
 from jformer.attention import registry as attention_registry
 from jformer.attention.registry import MASKING
@@ -27,7 +27,7 @@ def tiny(**overrides):
           "data.max_length": 32, "model.dropout_rate": 0.1}
   base.update(overrides)
   config = config_lib.load(pathlib.Path(__file__).resolve().parents[1] / "configs" / "small.py", base)
-  return models.build(config)
+  return tasks.build_model(config)
 
 
 def init(model, inputs, targets, seed=0):
@@ -220,7 +220,7 @@ def test_model_maps_a_packed_batch_to_its_teacher_forced_call(architecture, args
 @pytest.mark.parametrize("config_file", CONFIGS)
 def test_every_config_builds_and_runs_forward(config_file, repo_root):
   config = config_lib.load(repo_root / "configs" / config_file)
-  model = models.build(config)
+  model = tasks.build_model(config)
   x = jnp.ones((1, 8), jnp.int32)
   args, _ = model.call_arguments({"inputs": x, "targets": x})  # an LM reads the targets alone.
   params = jax.jit(model.init)(jax.random.PRNGKey(0), *args)
@@ -241,7 +241,7 @@ def recorded_calls(scratch_registries):
     calls.append((masking.pop("causal"), query.shape[1], key.shape[1], masking))
     return reference.fn(query, key, value, **kwargs)
 
-  attention_registry._REGISTRY.add("recording", dataclasses.replace(reference, name="recording", fn=fn))
+  attention.REGISTRY.add("recording", dataclasses.replace(reference, name="recording", fn=fn))
   return calls
 
 

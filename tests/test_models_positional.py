@@ -19,7 +19,7 @@ import pytest
 
 from conftest import positional_overrides
 from jformer import config as config_lib
-from jformer import models, positional
+from jformer import positional, tasks
 from jformer.attention import registry
 from test_models import decode_step_by_step
 
@@ -48,16 +48,17 @@ def source_and_target():
 
 @functools.lru_cache(maxsize=None)
 def model_and_params(name, kv_heads):
-  model = models.build(load(**positional_overrides(name), **{"model.num_kv_heads": kv_heads}))
+  model = tasks.build_model(load(**positional_overrides(name), **{"model.num_kv_heads": kv_heads}))
   return model, nn.meta.unbox(model.init(jax.random.PRNGKey(0), *source_and_target()))
 
 
 # ---------------------------------------------------------------------------------------------- config
 
 
-@pytest.mark.parametrize("kv_heads", [3, -1])
-def test_key_value_heads_that_do_not_divide_the_heads_fail_at_load(kv_heads):
-  with pytest.raises(ValueError, match=rf"num_kv_heads={kv_heads} does not divide num_heads=4"):
+@pytest.mark.parametrize("kv_heads, reason", [(3, "num_kv_heads=3 does not divide num_heads=4"),
+                                              (-1, "model.num_kv_heads=-1 must be at least 0")])
+def test_key_value_heads_that_do_not_divide_the_heads_fail_at_load(kv_heads, reason):
+  with pytest.raises(ValueError, match=reason):
     load(**{"model.num_kv_heads": kv_heads})
 
 
@@ -65,7 +66,7 @@ def test_key_value_heads_that_do_not_divide_the_heads_fail_at_load(kv_heads):
 def basic_variant(scratch_registries):
   """'basic': an attention variant with neither bias nor gqa, registered for one test. (`register` always adds
   gqa, repeating key/value heads; without it the model must still ask, as a plug-in may build its own entry.)"""
-  registry._REGISTRY.add("basic", dataclasses.replace(registry.get("dot_product"), name="basic", supports=frozenset(
+  registry.REGISTRY.add("basic", dataclasses.replace(registry.get("dot_product"), name="basic", supports=frozenset(
       {"causal", "segment_ids", "positions", "decode"})))
 
 
@@ -75,13 +76,13 @@ def test_model_asks_the_variant_for_bias_exactly_when_the_encoding_acts_as_one(n
   if positional.get(name).acts != "bias":
     load(**overrides)
     return
-  with pytest.raises(ValueError, match=rf"does not support \['bias'\].*\(model.positional='{name}' needs 'bias'\)"):
+  with pytest.raises(ValueError, match=rf"'basic' does not support 'bias' for model.positional='{name}'"):
     load(**overrides)
 
 
 def test_model_asks_the_variant_for_gqa_at_load(basic_variant):
   load(**{"model.attention": "basic"})  # fine without it ...
-  with pytest.raises(ValueError, match=r"does not support \['gqa'\].*\(model.num_kv_heads=2 needs 'gqa'\)"):
+  with pytest.raises(ValueError, match=r"'basic' does not support 'gqa' for model.num_kv_heads=2"):
     load(**{"model.attention": "basic", "model.num_kv_heads": 2})
 
 
@@ -91,7 +92,7 @@ def test_model_asks_the_variant_for_gqa_at_load(basic_variant):
 @pytest.mark.parametrize("kv_heads", [HEADS, 2, 1])
 def test_grouped_query_attention_shrinks_key_value_params_and_cache(kv_heads):
   layers = {"model.num_encoder_layers": 2, "model.num_decoder_layers": 2}
-  model = models.build(load(**layers, **{"model.num_kv_heads": kv_heads}))
+  model = tasks.build_model(load(**layers, **{"model.num_kv_heads": kv_heads}))
   x = jnp.ones((2, 5), jnp.int32)
   params = nn.meta.unbox(jax.eval_shape(model.init, jax.random.PRNGKey(0), x, x))["params"]
   head_dim = 32 // HEADS
@@ -99,7 +100,7 @@ def test_grouped_query_attention_shrinks_key_value_params_and_cache(kv_heads):
     assert block["query"]["kernel"].shape == (32, HEADS, head_dim)
     assert block["key"]["kernel"].shape == block["value"]["kernel"].shape == (32, kv_heads, head_dim)
     assert block["value"]["bias"].shape == (kv_heads, head_dim) and "bias" not in block["key"]
-  standard = nn.meta.unbox(jax.eval_shape(models.build(load(**layers)).init, jax.random.PRNGKey(0), x, x))["params"]
+  standard = nn.meta.unbox(jax.eval_shape(tasks.build_model(load(**layers)).init, jax.random.PRNGKey(0), x, x))["params"]
   count = lambda tree: sum(leaf.size for leaf in jax.tree.leaves(tree))
   blocks = 2 + 2 * 2  # encoder self-attention, decoder self- and cross-attention.
   # key kernel + value kernel and bias (keys have no bias).
@@ -116,7 +117,7 @@ def test_declared_params_live_where_the_encoding_acts(name):
   embeddings, in its `position_bias` module (one per stack, shared by the layers) when it biases logits, in
   every self-attention when it rotates; nowhere else, and no such module when it does not act there."""
   encoding = positional.get(name)
-  model = models.build(load(**positional_overrides(name), **{"model.num_encoder_layers": 2,
+  model = tasks.build_model(load(**positional_overrides(name), **{"model.num_encoder_layers": 2,
                                                              "model.num_decoder_layers": 2}))
   params = nn.meta.unbox(jax.eval_shape(model.init, jax.random.PRNGKey(0), *source_and_target()))["params"]
   dims = {**model.config.dims, **encoding.with_defaults(encoding.example_options)}

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import tiny_overrides
-from jformer import checkpoint, models
+from jformer import checkpoint, tasks
 from jformer import config as config_lib
 from jformer.train import optim
 from jformer.train.loop import NonFiniteUpdateError, train_and_evaluate
@@ -41,7 +41,7 @@ def test_step_keeps_the_state_when_the_gradients_are_not_finite(repo_root):
       "model.vocab_size": 40, "model.d_model": 32, "model.num_heads": 2, "model.d_ff": 64,
       "model.num_encoder_layers": 1, "model.num_decoder_layers": 1, "model.max_length": 32, "data.max_length": 32,
       "optimizer.warmup_steps": 10, **DIVERGING})
-  model = models.build(config)
+  model = tasks.build_model(config)
   tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
   batch = {k: jnp.asarray(np.random.default_rng(0).integers(1, 40, (4, 12)), jnp.int32) for k in ("inputs", "targets")}
   state = init_train_state(model, tx, jax.random.PRNGKey(0), batch)

@@ -12,7 +12,7 @@ import pytest
 
 from jformer import checkpoint
 from jformer import config as config_lib
-from jformer import models
+from jformer import tasks
 from jformer.parallel import mesh
 from jformer.train import optim
 from jformer.train.runner import make_runner
@@ -40,7 +40,7 @@ def tiny_config(**overrides):
 
 def make(layout):
   config = tiny_config(**LAYOUTS[layout])
-  model = models.build(config)
+  model = tasks.build_model(config)
   tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
   example = {k: np.zeros((1, 16), np.int32) for k in ("inputs", "targets")}
   return make_runner(config, model, tx, schedule, example)
@@ -151,10 +151,10 @@ import jax, numpy as np
 import test_parallel as tp
 assert jax.device_count() == 4 and jax.process_count() == num_processes
 config = tp.tiny_config(**{"parallel.data": -1})
-from jformer import models
+from jformer import tasks
 from jformer.train import optim
 from jformer.train.runner import make_runner
-model = models.build(config)
+model = tasks.build_model(config)
 tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
 runner = make_runner(config, model, tx, schedule, {k: np.zeros((1, 16), np.int32) for k in ("inputs", "targets")})
 state = runner.init_state(jax.random.PRNGKey(0))

@@ -19,9 +19,8 @@ NAME = "learned_temperature"
 
 
 @pytest.fixture
-def plugin_registry(monkeypatch, scratch_registries):
+def plugin_registry(scratch_registries):
   """The registries with the plug-in loaded, dropped after the test (other tests see the built-ins)."""
-  monkeypatch.setattr(config_lib, "_IMPORTED_PLUGINS", {})
   config_lib.import_plugins(str(PLUGIN))
 
 
@@ -86,11 +85,8 @@ def my_corpus(name, split, **kwargs):
 
 
 def test_positional_encodings_and_datasets_load_from_the_same_imports(tmp_path, monkeypatch, scratch_registries):
-  from jformer import data, models
-  from jformer.data import sources
+  from jformer import data, tasks
 
-  monkeypatch.setattr(sources._REGISTRY, "_entries", dict(sources._REGISTRY._entries))
-  monkeypatch.setattr(config_lib, "_IMPORTED_PLUGINS", {})
   plugin = tmp_path / "my_plugins.py"
   plugin.write_text(PLUGIN_OF_EACH_KIND)
   with pytest.raises(ValueError, match="unknown positional encoding 'learned_offset'"):
@@ -98,6 +94,6 @@ def test_positional_encodings_and_datasets_load_from_the_same_imports(tmp_path, 
   config = config_lib.load(REPO / "configs" / "small.py", {"imports": str(plugin), "model.positional": "learned_offset",
                                                            "data.dataset": "my_corpus", "model.vocab_size": 50,
                                                            "model.d_model": 32, "model.d_ff": 64})
-  params = models.build(config).init(jax.random.PRNGKey(0), jax.numpy.ones((1, 4), int), jax.numpy.ones((1, 3), int))
+  params = tasks.build_model(config).init(jax.random.PRNGKey(0), jax.numpy.ones((1, 4), int), jax.numpy.ones((1, 3), int))
   assert params["params"]["encoder"]["positions"]["offset"].value.shape == (32,)
   assert data.get_dataset("my_corpus") is not None

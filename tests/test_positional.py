@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from jformer import config as config_lib
-from jformer import models, positional
+from jformer import positional, tasks
 from jformer.ops import positional as positional_ops
 from jformer.positional import registry
 from jformer.registry import Param, constant, init_params
@@ -76,12 +76,12 @@ def test_bad_options_and_combinations_fail_at_load(overrides, reason):
 def test_options_are_set_from_the_command_line():
   config = config_lib.load(DEMO, {"model.positional": "relative", "model.positional_options.num_buckets": "64"})
   assert config.model.positional_options.num_buckets == 64
-  assert models.build(config).config.positional_options == (("num_buckets", 64),)
+  assert tasks.build_model(config).config.positional_options == (("num_buckets", 64),)
 
 
 def test_register_refuses_a_wrong_signature_and_bad_declarations(scratch_registries):
   with pytest.raises(ValueError, match="acts='logits' is not one of"):
-    positional.register("other", acts="logits")
+    positional.register("other", acts="logits")(lambda positions, *, dims, params: positions)
   with pytest.raises(ValueError, match=r"acts 'bias', so its function takes \(q_positions, kv_positions, \*, causal, "
                                        r"dims, params, <options>\)"):
     positional.register("other", acts="bias")(lambda q_positions, kv_positions, *, dims, params: 0.0)
@@ -91,8 +91,9 @@ def test_register_refuses_a_wrong_signature_and_bad_declarations(scratch_registr
     positional.register("other", acts="embedding", example_options={"scale": 2.0})(
         lambda positions, *, dims, params, base=1.0: positions)
   with pytest.raises(ValueError, match="acts 'none' and so has nothing to learn"):
-    positional.register("other", acts="none", params={"w": Param((1,), constant(0.0))})
-  with pytest.raises(ValueError, match="positional encoding 'rotary' is registered twice"):
+    positional.register("other", acts="none", params={"w": Param((1,), constant(0.0))})(lambda: None)
+  with pytest.raises(ValueError, match=r"positional encoding 'rotary' is registered twice: at jformer/positional/"
+                                       r"rotary.py:\d+ and at tests/test_positional.py:\d+; rename one of them"):
     positional.register("rotary", acts="rotary")(positional.get("rotary").fn)
 
 
@@ -163,7 +164,7 @@ def test_an_encoding_registered_elsewhere_runs_through_the_model(toy, twin, wher
   with rematerialized layers), and decodes step by step as it computes teacher-forced."""
   register_toys()
   assert toy in positional.available()
-  model, twin_model = (models.build(load(**{"model.positional": name})) for name in (toy, twin))
+  model, twin_model = (tasks.build_model(load(**{"model.positional": name})) for name in (toy, twin))
   x, y = jax.random.randint(jax.random.PRNGKey(0), (2, 6), 1, 50), jax.random.randint(jax.random.PRNGKey(1), (2, 5),
                                                                                        1, 50)
   params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), x, y))["params"]
@@ -178,7 +179,7 @@ def test_an_encoding_registered_elsewhere_runs_through_the_model(toy, twin, wher
     return at(jax.grad(loss)(params))
 
   assert np.abs(np.asarray(gradient(model))).max() > 0
-  rematerialized = models.build(load(**{"model.positional": toy, "model.remat": "full"}))
+  rematerialized = tasks.build_model(load(**{"model.positional": toy, "model.remat": "full"}))
   np.testing.assert_allclose(gradient(rematerialized), gradient(model), rtol=1e-4, atol=1e-6)
   encoded = model.apply({"params": params}, x, method=model.encode)
   np.testing.assert_allclose(decode_step_by_step(model, params, encoded, x, y), logits, atol=1e-4)

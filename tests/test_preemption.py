@@ -33,7 +33,7 @@ def test_sigterm_during_data_preparation_exits_before_training_and_saves_nothing
 
   monkeypatch.setattr(data, "prepare", preempted_while_preparing)
   monkeypatch.setattr(data, "make_datasets", lambda **kwargs: pytest.fail("the data was read after SIGTERM"))
-  monkeypatch.setattr(loop.models, "build", lambda config: pytest.fail("the model was built after SIGTERM"))
+  monkeypatch.setattr(loop.tasks, "build_model", lambda *a, **k: pytest.fail("the model was built after SIGTERM"))
   handler = signal.getsignal(signal.SIGTERM)
   assert loop.train_and_evaluate(config, str(tmp_path)) == {"preempted": True}
   assert ("preempted during the data preparation: no step was trained since the last checkpoint, so none was saved; "

@@ -8,7 +8,7 @@ import optax
 import pytest
 
 from jformer import config as config_lib
-from jformer import models
+from jformer import tasks
 from jformer.train import optim
 from jformer.train.state import init_train_state
 from jformer.train.step import make_eval_step, make_train_step
@@ -47,7 +47,7 @@ def test_cooldown_ramps_equation_3_linearly_over_the_last_steps():
 
 def test_packed_rows_give_the_same_per_example_loss(repo_root):
   config = tiny_config(repo_root)
-  model = models.build(config)
+  model = tasks.build_model(config)
   rng = np.random.default_rng(0)
   examples = [(rng.integers(3, 40, n).tolist() + [1], rng.integers(3, 40, m).tolist() + [1])
               for n, m in ((5, 4), (3, 6), (7, 2))]
@@ -83,7 +83,7 @@ def test_packed_rows_give_the_same_per_example_loss(repo_root):
 
 def test_gradient_accumulation_equals_full_batch(repo_root):
   config = tiny_config(repo_root, **{"model.dropout_rate": 0.0})
-  model = models.build(config)
+  model = tasks.build_model(config)
   # Plain SGD with lr 1: the update is the gradient itself (Adam's first step would amplify rounding noise
   # of near-zero gradients into +-lr sign flips).
   schedule = lambda count: 1.0
@@ -103,7 +103,7 @@ def test_gradient_accumulation_equals_full_batch(repo_root):
 
 def test_train_step_is_deterministic_and_dropout_depends_on_step(repo_root):
   config = tiny_config(repo_root)
-  model = models.build(config)
+  model = tasks.build_model(config)
   tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
   batch = {k: jnp.asarray(np.random.default_rng(2).integers(1, 40, (2, 8)), jnp.int32) for k in ("inputs", "targets")}
   state = init_train_state(model, tx, jax.random.PRNGKey(0), batch)
@@ -131,7 +131,7 @@ def test_tiny_model_overfits_16_pairs_until_greedy_reproduces_them(repo_root, ti
   config = tiny_config(repo_root, **{"model.vocab_size": tokenizer.vocab_size, "model.d_model": 64,
                                      "model.d_ff": 128, "model.max_length": 128, "model.dropout_rate": 0.0,
                                      "optimizer.warmup_steps": 50, "optimizer.learning_rate_scale": 2.0})
-  model = models.build(config)
+  model = tasks.build_model(config)
   tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
   state = init_train_state(model, tx, jax.random.PRNGKey(0), batch)
   step = jax.jit(make_train_step(model, tx, schedule, label_smoothing=0.0), donate_argnums=0)
@@ -154,7 +154,7 @@ def test_bfloat16_train_step_of_a_small_model_runs_and_learns(repo_root):
   config = tiny_config(repo_root, **{"model.vocab_size": 512, "model.d_model": 64, "model.d_ff": 128,
                                      "model.num_encoder_layers": 1, "model.num_decoder_layers": 1,
                                      "model.dtype": "bfloat16", "model.dropout_rate": 0.0})
-  model = models.build(config)
+  model = tasks.build_model(config)
   tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
   rng = np.random.default_rng(0)
   batch = {k: jnp.asarray(rng.integers(3, 512, (2, 16)), jnp.int32) for k in ("inputs", "targets")}

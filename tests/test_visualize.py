@@ -12,7 +12,7 @@ from PIL import Image
 
 from conftest import tiny_overrides
 from jformer import config as config_lib
-from jformer import main, models, visualize
+from jformer import main, tasks, visualize
 from jformer.train.loop import train_and_evaluate
 
 DEMO = pathlib.Path(__file__).resolve().parents[1] / "configs" / "small.py"
@@ -25,7 +25,7 @@ def test_sown_weights_sum_to_one_over_visible_keys(option, kv_heads, variant):
                                   "model.num_kv_heads": kv_heads, "model.positional": option, "model.d_ff": 64,
                                   "model.num_encoder_layers": 1, "model.num_decoder_layers": 1,
                                   "model.attention": variant})
-  model = models.build(config)
+  model = tasks.build_model(config)
   inputs = jnp.array([[5, 6, 7, 8, 9, 10, 0]])
   targets = jnp.array([[11, 12, 13, 14, 15]])
   input_segments, target_segments = jnp.array([[1, 1, 1, 2, 2, 2, 0]]), jnp.array([[1, 1, 2, 2, 2]])
@@ -81,7 +81,7 @@ def test_visualize_attention_on_a_trained_run(tiny_corpus, tmp_path, capsys):
 def test_visualize_attention_errors(tmp_path):
   with pytest.raises(SystemExit, match="config.json does not exist"):
     main.main(["visualize-attention", f"--workdir={tmp_path}", "--text", "Open"])
-  language_model = models.build(config_lib.load(DEMO, {"model.architecture": "lm"}))
+  language_model = tasks.build_model(config_lib.load(DEMO, {"model.architecture": "lm"}))
   with pytest.raises(ValueError, match="needs an encoder-decoder run"):
     visualize.attention_maps(None, language_model, None, None, "Open")
 
@@ -91,7 +91,7 @@ def sown_maps(variant, **overrides):
   config = config_lib.load(DEMO, {"model.vocab_size": 50, "model.d_model": 32, "model.num_heads": 4, "model.d_ff": 64,
                                   "model.num_encoder_layers": 1, "model.num_decoder_layers": 1,
                                   "model.attention": variant, "model.positional": "none", **overrides})
-  model = models.build(config)
+  model = tasks.build_model(config)
   inputs, targets = jnp.array([[5, 6, 7, 8, 9, 10, 11]]), jnp.array([[11, 12, 13]])
   variables = model.init(jax.random.PRNGKey(0), inputs, targets)
   _, state = model.apply(variables, inputs, targets, mutable=["intermediates"])
@@ -116,6 +116,6 @@ def test_a_variant_without_weights_has_no_maps(scratch_registries):
   dense = registry.get("dot_product")
   registry.register("opaque", supports=dense.supports - {"gqa"}, weights=None, reference=dense.reference)(
       lambda query, key, value, **masking: dense.fn(query, key, value, **masking))
-  model = models.build(config_lib.load(DEMO, {"model.attention": "opaque"}))
+  model = tasks.build_model(config_lib.load(DEMO, {"model.attention": "opaque"}))
   with pytest.raises(ValueError, match="attention variant 'opaque' has no weights function"):
     visualize.attention_maps(None, model, None, None, "Open")

@@ -19,17 +19,19 @@ Every variant is a pure function
   slots after the step may hold anything: causal masking by position hides them.
 - `options` are the variant's own keyword-only parameters, bound from `model.attention_options`.
 
-A variant declares what it supports (`registry.FEATURES`); the model asks for what it needs at config load
-(`get(name).check(needs=..., options=...)`), so an unsupported request fails early, and `get(name).fn`
-refuses a call that asks for an undeclared feature (a mask, a bias, dropout, ...), naming it. A kernel that takes
-a feature only in some form or shape (T == S, half precision, ...) also declares `limits`, checked at each call.
-The library kernels (`cudnn` on NVIDIA GPUs, `splash` on TPU, `pallas_gpu` on GPU) run no decode steps and mask
-by index, not by position, so the model takes them through `auto`, which picks the fastest one that can express
-each call and falls back, logged, where none can.
+A variant declares what it supports (`registry.FEATURES`); the model asks for what its use needs (training
+needs what the layers ask for; decoding adds "decode"), so an unsupported use fails early, naming it, and
+`get(name).fn` refuses a call that asks for an undeclared feature (a mask, a bias, dropout, ...), naming it. A
+kernel that takes a feature only in some form or shape (T == S, half precision, ...) also declares `limits`,
+checked at each call. The library kernels (`cudnn` on NVIDIA GPUs, `splash` on TPU, `pallas_gpu` on GPU) declare
+their `platforms` and `auto_priority`; they run no decode steps and mask by index, not by position, so the model
+takes them through `auto`, which picks the highest-priority one that can express each call and falls back,
+logged, where none can. A kernel that runs per device on a mesh takes a `mesh` argument (`jformer.axes.Placement`).
 
-To add one: one file here with `@register("name", supports={...})` on a function of the signature above
-(its extra keyword-only parameters are its options; `reference=` its explicit formula if it is not softmax
-attention), and its test. Every module of this package is imported below, so nothing else is edited;
+To add one: one file here (or a file of your own, `--config.imports=`) with `@register("name", supports={...},
+weights=...)` on a function of the signature above (its extra keyword-only parameters are its options;
+`weights=` its attention weights: `softmax_weights` for softmax attention; or `reference=` its explicit formula
+when it has no weights), and its test. Every module of this package is imported below, so nothing else is edited;
 tests/test_attention_variants.py runs every registered variant against its reference in every setting it
 declares.
 """
@@ -37,10 +39,12 @@ declares.
 import importlib
 import pkgutil
 
-from jformer.attention.registry import FEATURES, AttentionVariant, available, get, register, repeat_kv
+from jformer.attention.registry import (FEATURES, REGISTRY, AttentionVariant, available, get, kernels, register,
+                                        repeat_kv, softmax_weights)
 
 # Registration: importing each module of this package runs its `@register(...)` lines.
 for _module in pkgutil.iter_modules(__path__):
   importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["FEATURES", "AttentionVariant", "available", "get", "register", "repeat_kv"]
+__all__ = ["FEATURES", "REGISTRY", "AttentionVariant", "available", "get", "kernels", "register", "repeat_kv",
+           "softmax_weights"]

@@ -2,14 +2,15 @@
 
 For each call, in order:
 - attention dropout requested: `dot_product` (the one variant that drops attention weights);
-- the backend's library kernels, fastest first (`KERNELS`): GPU `cudnn` then `pallas_gpu`, TPU `splash`. The
-  first that can express the call runs (`AttentionVariant.refusal`: the features it declares, and its
+- the backend's library kernels, highest `auto_priority` first (each declares its platforms and priority when it
+  registers: GPU `cudnn` then `pallas_gpu`, TPU `splash`; `registry.kernels`). The first that can express the
+  call runs (`AttentionVariant.refusal`: the features it declares, and its
   `limits` on shapes and dtypes); a bias, a mask, or causal masking by explicit positions (decode steps; the
   model's packed training rows come without them, `jformer.models.layers.MultiHeadAttention`) is expressed by
   none of them;
 - otherwise: `chunked` when query length x key length >= `BLOCKWISE_MIN_PAIRS` (512 x 512), memory linear in
-  the length (on a 2-core CPU it also runs fwd+bwd 1.0x the dense time at 512, 0.65x at 1024, 0.47x at 2048:
-  `benchmarks/attention.py`); else `dot_product`, the dense reference, fastest for short sequences and decode.
+  the length and no slower than dense there on CPU (`benchmarks/attention.py`, docs/results/); else
+  `dot_product`, the dense reference, fastest for short sequences and decode.
 Positions only act with causal masking, so a non-causal call's positions are dropped before choosing (exact).
 `cudnn` takes segment ids only as right padding (one example per row), which is a property of the batch, not of
 its shapes: with segment ids `auto` runs `lax.cond(cudnn.padding_lengths(...) expressible, cudnn, next)`, the
@@ -28,12 +29,12 @@ import jax
 from absl import logging
 from jax import lax
 
-from jformer.attention import cudnn
-from jformer.attention.registry import get, register, requested_features
+from jformer.attention import chunked, cudnn, dot_product
+from jformer.attention.registry import AttentionVariant, kernels, register, requested_features, softmax_weights
 
 BLOCKWISE_MIN_PAIRS = 512 * 512
-# The library kernels per JAX backend, fastest first; CPU has none (`chunked` or `dot_product` there).
-KERNELS = {"gpu": ("cudnn", "pallas_gpu"), "tpu": ("splash",)}
+# The generic fallbacks, resolved once.
+_CHUNKED, _DENSE = chunked.VARIANT, dot_product.VARIANT
 _LOGGED: set[str] = set()
 
 
@@ -42,13 +43,18 @@ class Choice:
   """What `auto` runs for one call.
 
   Attributes:
-    kernel: the variant name.
+    variant: the variant that runs it.
     refused: (kernel, reason) for each library kernel of the backend tried before it.
     otherwise: for `cudnn` with segment ids: the choice for batches that are not right padding; else None.
   """
-  kernel: str
+  variant: AttentionVariant
   refused: tuple[tuple[str, str], ...] = ()
   otherwise: Choice | None = None
+
+  @property
+  def kernel(self) -> str:
+    """The name of the variant that runs."""
+    return self.variant.name
 
   def describe(self) -> str:
     """One line: the kernel, the runtime alternative, and why each refused kernel could not serve."""
@@ -65,10 +71,14 @@ def choose(query, key, value=None, *, backend: str | None = None, **masking) -> 
                  _relevant(masking), skip=())
 
 
-@register("auto", supports={"causal", "segment_ids", "positions", "mask", "bias", "dropout", "decode", "gqa"})
+@register("auto", supports={"causal", "segment_ids", "positions", "mask", "bias", "dropout", "decode", "gqa"},
+          weights=softmax_weights)
 def auto(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
-         kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None):
-  """Per backend, dtype and shape: cudnn / pallas_gpu (GPU), splash (TPU), chunked (long), dot_product (short)."""
+         kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, mesh=None):
+  """The fastest that can run each call: library kernels by priority (GPU, TPU), else chunked (long) or dot_product.
+
+  `mesh`: passed to the kernel that runs (module doc).
+  """
   masking = _relevant(dict(causal=causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
                            q_positions=q_positions, kv_positions=kv_positions, mask=mask, bias=bias,
                            dropout_rate=dropout_rate, dropout_rng=dropout_rng))
@@ -80,7 +90,7 @@ def auto(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=
   if message not in _LOGGED:
     _LOGGED.add(message)
     logging.info(message)
-  return _run(choice, query, key, value, masking)
+  return _run(choice, query, key, value, masking, mesh)
 
 
 def _backend() -> str:
@@ -88,33 +98,34 @@ def _backend() -> str:
   return jax.default_backend()
 
 
-def _run(choice: Choice, query, key, value, masking):
-  run = lambda name: get(name).fn(query, key, value, **masking)
+def _run(choice: Choice, query, key, value, masking, mesh):
+  run = lambda variant: variant.fn(query, key, value, **masking, mesh=mesh)
   if choice.otherwise is None:
-    return run(choice.kernel)
+    return run(choice.variant)
   batch = query.shape[0]
   ids = [jax.numpy.broadcast_to(masking[n], (batch, x.shape[1]))
          for n, x in (("q_segment_ids", query), ("kv_segment_ids", key))]
   _, _, expressible = cudnn.padding_lengths(*ids)
-  return lax.cond(expressible, lambda: run(choice.kernel), lambda: _run(choice.otherwise, query, key, value, masking))
+  return lax.cond(expressible, lambda: run(choice.variant),
+                  lambda: _run(choice.otherwise, query, key, value, masking, mesh))
 
 
 def _choose(query, key, value, backend: str, masking, skip: tuple[str, ...]) -> Choice:
   if masking.get("dropout_rate", 0.0) > 0.0:
-    return Choice("dot_product")
+    return Choice(_DENSE)
   refused = []
-  for name in KERNELS.get(backend, ()):
-    if name in skip:
+  for kernel in kernels(backend):
+    if kernel.name in skip:
       continue
-    reason = get(name).refusal(query, key, value, **masking)
+    reason = kernel.refusal(query, key, value, **masking)
     if reason is not None:
-      refused.append((name, reason))
+      refused.append((kernel.name, reason))
       continue
     otherwise = None
-    if name == "cudnn" and masking.get("q_segment_ids") is not None:
-      otherwise = _choose(query, key, value, backend, masking, skip=skip + (name,))
-    return Choice(name, tuple(refused), otherwise)
-  generic = "chunked" if query.shape[1] * key.shape[1] >= BLOCKWISE_MIN_PAIRS else "dot_product"
+    if kernel.name == "cudnn" and masking.get("q_segment_ids") is not None:
+      otherwise = _choose(query, key, value, backend, masking, skip=skip + (kernel.name,))
+    return Choice(kernel, tuple(refused), otherwise)
+  generic = _CHUNKED if query.shape[1] * key.shape[1] >= BLOCKWISE_MIN_PAIRS else _DENSE
   return Choice(generic, tuple(refused))
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from jformer.attention import blockwise
-from jformer.attention.registry import register
+from jformer.attention.registry import get, register, softmax_weights
 
 
 @register("chunked", supports={"causal", "segment_ids", "positions", "mask", "bias", "decode", "gqa"},
-          example_options=dict(query_chunk_size=4, key_chunk_size=3))
+          weights=softmax_weights, example_options=dict(query_chunk_size=4, key_chunk_size=3))
 def chunked(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
             kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, query_chunk_size=256,
             key_chunk_size=512):
@@ -32,3 +32,6 @@ def chunked(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_i
                              kv_segment_ids=kv_segment_ids, q_positions=q_positions, kv_positions=kv_positions,
                              mask=mask, bias=bias, query_chunk_size=min(query_chunk_size, query.shape[1]),
                              key_chunk_size=min(key_chunk_size, key.shape[1]))
+
+
+VARIANT = get("chunked")  # the registered entry, for `auto`.

@@ -1,11 +1,11 @@
 """`cudnn`: cuDNN flash attention through `jax.nn.dot_product_attention(..., implementation="cudnn")`.
 
-Why this kernel: it is JAX's own entry to NVIDIA's fused attention (forward and backward), pinned with jax
-(0.10.2 here) and importable anywhere; nothing else to install on a CUDA machine. It runs only on NVIDIA GPUs
+Why this kernel: it is JAX's own entry to NVIDIA's fused attention (forward and backward), shipped with jax and
+importable anywhere; nothing else to install on a CUDA machine. It runs only on NVIDIA GPUs
 (cuDNN): on any other backend the call is refused, so the variant matrix cannot check it on CPU; what does run
 on CPU is tested (the translation of segment ids to lengths, the refusals).
 
-How the request is expressed the way cuDNN takes it (jax 0.10.2's cuDNN path takes `is_causal`,
+How the request is expressed the way cuDNN takes it (jax's cuDNN path takes `is_causal`,
 `query_seq_lengths`/`key_value_seq_lengths`, a bias and a boolean mask, which it turns into a dense additive
 bias):
 - causal: `is_causal` (index-aligned), for self-attention shapes (T == S) only;
@@ -20,8 +20,8 @@ bias):
   kernel), dropout (not exposed by `jax.nn`).
 `limits`: bfloat16/float16 inputs, head_dim a multiple of 8 and at most 256 (128 before Hopper; jax raises
 then), value head_dim == query head_dim. On a device mesh jax's cuDNN attention partitions itself (its
-`custom_partitioning` rules split batch and heads like the query: read in jax 0.10.2, untested here), so it
-needs no `jformer.attention.sharded`. Untested on GPU hardware.
+`custom_partitioning` rules split batch and heads like the query), so it needs no `jformer.attention.sharded`.
+Where it has run: docs/results/support.md.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jformer.attention.registry import register
+from jformer.attention.registry import register, softmax_weights
 
 DTYPES = (jnp.bfloat16, jnp.float16)
 MAX_HEAD_DIM = 256
@@ -71,7 +71,8 @@ def padding_lengths(q_segment_ids: jax.Array, kv_segment_ids: jax.Array) -> tupl
   return q_lengths, kv_lengths, expressible
 
 
-@register("cudnn", supports={"causal", "segment_ids", "gqa"}, platforms={"gpu"}, limits=limits)
+@register("cudnn", supports={"causal", "segment_ids", "gqa"}, weights=softmax_weights, platforms={"gpu"}, limits=limits,
+          auto_priority=20)
 def cudnn(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
           kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None):
   """cuDNN flash attention (NVIDIA GPUs): causal, right padding as sequence lengths (packed rows -> NaN), GQA.

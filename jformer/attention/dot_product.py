@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from jformer.attention.registry import register
+from jformer.attention.registry import get, register, softmax_weights
 from jformer.ops.attention import dot_product_attention
 from jformer.ops.masks import attention_mask
 
 
 @register("dot_product",
-          supports={"causal", "segment_ids", "positions", "mask", "bias", "dropout", "decode", "gqa"})
+          supports={"causal", "segment_ids", "positions", "mask", "bias", "dropout", "decode", "gqa"},
+          weights=softmax_weights)
 def dot_product(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
                 kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None):
   """Reference scaled dot-product attention (paper eq. 1), full [T, S] logits."""
@@ -17,3 +18,6 @@ def dot_product(query, key, value, *, causal=False, q_segment_ids=None, kv_segme
                              kv_positions=kv_positions, mask=mask)
   return dot_product_attention(query, key, value, mask=full_mask, bias=bias, dropout_rate=dropout_rate,
                                dropout_rng=dropout_rng)
+
+
+VARIANT = get("dot_product")  # the registered entry, for `auto`.

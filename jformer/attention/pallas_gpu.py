@@ -1,9 +1,8 @@
 """`pallas_gpu`: JAX's Pallas GPU (Triton) flash attention, `jax.experimental.pallas.ops.gpu.attention.mha`.
 
-Why this kernel: it ships with jax (0.10.2 here: pinned with it, maintained by the JAX team, importable on any
-machine, and it runs in the Pallas interpreter on CPU, which is how the variant matrix checks it); forward and
-backward are both Pallas (Triton) kernels, with segment ids and causal masking. It replaces the hand-written
-`flash_pallas` of earlier versions (a forward kernel only). `tokamax` (PyPI) has GPU kernels too, but pins its
+Why this kernel: it ships with jax (maintained by the JAX team, importable on any machine, and it runs in the
+Pallas interpreter on CPU, which is how the variant matrix checks it); forward and backward are both Pallas
+(Triton) kernels, with segment ids and causal masking. `tokamax` (PyPI) has GPU kernels too, but pins its
 own jax/flax and its API is still moving.
 
 What it takes: self-attention over one segment-id array (the same array for queries and keys, so T == S;
@@ -13,7 +12,7 @@ explicit positions (decode steps; packed training rows come without them), group
 repeats them), a mask, a bias, dropout; `limits` and the registry refuse those and `auto` falls back. Lengths
 are padded to whole blocks (padding: segment id 0). On a device mesh each device runs the kernel on its share of
 the batch and heads (`jformer.attention.sharded`: `jit` does not partition a Pallas call by itself). On GPU,
-float32 matmuls may run in TF32 (Triton's default precision). Untested on GPU hardware.
+float32 matmuls may run in TF32 (Triton's default precision). Where it has run: docs/results/support.md.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas.ops.gpu import attention as gpu_attention
 
 from jformer.attention import sharded
-from jformer.attention.registry import register
+from jformer.attention.registry import register, softmax_weights
 
 # Triton tiles: powers of two of at least 16 rows; the interpreter takes any size.
 _MIN_COMPILED_BLOCK = 16
@@ -47,11 +46,11 @@ def limits(query, key, value, *, q_segment_ids=None, kv_segment_ids=None, **mask
   return None
 
 
-@register("pallas_gpu", supports={"causal", "segment_ids"}, platforms={"gpu"}, limits=limits,
-          example_options=dict(block_q=4, block_k=4, block_backward=4))
+@register("pallas_gpu", supports={"causal", "segment_ids"}, weights=softmax_weights, platforms={"gpu"}, limits=limits,
+          auto_priority=10, example_options=dict(block_q=4, block_k=4, block_backward=4))
 def pallas_gpu(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
-               kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, block_q=128,
-               block_k=128, block_backward=32, interpret=None):
+               kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, mesh=None,
+               block_q=128, block_k=128, block_backward=32, interpret=None):
   """Pallas GPU (Triton) flash attention, fwd + bwd kernels; self-attention with segment ids, causal by index.
 
   Args:
@@ -59,6 +58,8 @@ def pallas_gpu(query, key, value, *, causal=False, q_segment_ids=None, kv_segmen
     of the variant signature (`jformer/attention/__init__.py`); `limits` and the registry refuse the rest.
     block_q, block_k: forward tile sizes (options); block_backward: the tile of both backward kernels. Compiled,
       each is cut to the length rounded up to a power of two (at least 16).
+    mesh: the mesh to run on, each device on its share of the batch and heads (`sharded.per_device`); None =
+      one call over the whole arrays.
     interpret: run in the Pallas interpreter; None = unless JAX's backend is GPU.
 
   Returns:
@@ -69,7 +70,7 @@ def pallas_gpu(query, key, value, *, causal=False, q_segment_ids=None, kv_segmen
     interpret = jax.default_backend() != "gpu"
   kernel = functools.partial(_pallas_gpu, causal=causal, tiles=(block_q, block_k, block_backward),
                              interpret=interpret)
-  return sharded.per_device(kernel, query, key, value, q_segment_ids)
+  return sharded.per_device(kernel, query, key, value, q_segment_ids, mesh=mesh)
 
 
 def _pallas_gpu(query, key, value, segment_ids, kv_segment_ids, *, causal: bool, tiles: tuple[int, int, int],

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from jformer.ops.attention import dot_product_weights, repeat_kv
 from jformer.ops.masks import attention_mask
-from jformer.registry import Param, Registry, check_options, first_line, option_type
+from jformer.registry import Param, Registry, caller, check_options, first_line, option_type
 
 # Features a variant may support; the model asks for them and `check` refuses what is missing.
 #   causal       key j visible to query i only if position(j) <= position(i)
@@ -32,6 +32,10 @@ MASKING = dict(causal=False, q_segment_ids=None, kv_segment_ids=None, q_position
                mask=None, bias=None)
 SIGNATURE = dict(MASKING, dropout_rate=0.0, dropout_rng=None)
 
+# Keyword arguments a variant function may take that are not options: its declared parameters, and the mesh a
+# kernel runs per device on (`jformer.axes.Placement`, or None).
+RESERVED = ("params", "mesh")
+
 # The model dimensions a parameter shape may name (besides the variant's options).
 MODEL_DIMS = ("heads", "kv_heads", "head_dim", "d_model")
 
@@ -39,8 +43,8 @@ MODEL_DIMS = ("heads", "kv_heads", "head_dim", "d_model")
 def softmax_weights(query, key, **masking) -> jax.Array:
   """softmax(Q K^T / sqrt(d_k) + bias) over the visible keys (paper eq. 1): `[B, H, T, S]` float32.
 
-  The attention weights of every softmax variant (dot_product, chunked, xla, cudnn, splash, pallas_gpu, auto): the
-  default `weights=` of `register`. `masking`: the masking arguments of the signature; options are ignored.
+  The attention weights of every softmax variant (dot_product, chunked, xla, cudnn, splash, pallas_gpu, auto): their
+  `weights=`. `masking`: the masking arguments of the signature; options are ignored.
   """
   visible = attention_mask(query.shape[1], key.shape[1], **{k: masking.get(k, v) for k, v in MASKING.items()
                                                               if k != "bias"})
@@ -74,6 +78,8 @@ class AttentionVariant:
     limits: `limits(query, key, value, **masking) -> str | None`: why it cannot run a call of these shapes,
       dtypes, backend or argument values (a declared feature it takes only in some form), None if it can; the
       call is then refused naming the reason, and `auto` falls back to the next kernel.
+    auto_priority: for a library kernel, its rank among its backend's kernels when `auto` chooses (highest first);
+      None for a variant `auto` never picks.
   """
   name: str
   fn: Callable
@@ -87,6 +93,7 @@ class AttentionVariant:
   doc: str
   platforms: frozenset | None = None
   limits: Callable | None = None
+  auto_priority: int | None = None
 
   @property
   def required_options(self) -> tuple[str, ...]:
@@ -142,17 +149,67 @@ class AttentionVariant:
       raise ValueError(f"attention variant '{self.name}': {e}") from None
 
 
-_REGISTRY: Registry[AttentionVariant] = Registry("attention variant")
+def _details(variant: AttentionVariant) -> str:
+  kernel = f"; a kernel for {', '.join(sorted(variant.platforms))}" if variant.auto_priority is not None else ""
+  maps = "" if variant.weights else " (no attention weights)"
+  return f"supports: {', '.join(sorted(variant.supports))}{maps}{kernel}"
 
 
-def register(name: str, *, supports, params: Mapping[str, Param] | None = None,
-             weights: Callable | None = softmax_weights, reference: Callable | None = None,
+def _declare(name: str, fn: Callable, *, supports, params: Mapping[str, Param] | None = None,
+             weights: Callable | None = None, reference: Callable | None = None,
              example_options: Mapping[str, Any] | None = None, doc: str = "", platforms=None,
-             limits: Callable | None = None):
-  """Decorator: `@register("my_variant", supports={"causal", "segment_ids"})` above the function.
+             limits: Callable | None = None, auto_priority: int | None = None) -> AttentionVariant:
+  """The entry of a variant registered with `register` (checks its declaration against its function)."""
+  unknown = set(supports) - set(FEATURES)
+  if unknown:
+    raise ValueError(f"unknown features {sorted(unknown)} for '{name}'; features are {FEATURES}")
+  params = dict(params or {})
+  if auto_priority is not None and not platforms:
+    raise ValueError(f"attention variant '{name}': auto_priority= ranks a kernel among the kernels of its backend, "
+                     "so it needs platforms= (e.g. platforms={'gpu'})")
+  parameters = inspect.signature(fn).parameters
+  takes_rest = any(p.kind == p.VAR_KEYWORD for p in parameters.values())  # `**masking` takes the signature
+  lacking = [] if takes_rest else sorted(set(SIGNATURE) - set(parameters))
+  if lacking:
+    raise ValueError(f"attention variant '{name}' must accept the keyword arguments {lacking} (the one "
+                     "signature, see jformer/attention/__init__.py)")
+  if bool(params) != ("params" in parameters):
+    raise ValueError(f"attention variant '{name}': a function declaring params= must take a `params` keyword "
+                     "argument, and only then")
+  option_parameters = [p for p in parameters.values()
+                       if p.kind == p.KEYWORD_ONLY and p.name not in SIGNATURE and p.name not in RESERVED]
+  options = {p.name: p.default for p in option_parameters}
+  types = {p.name: option_type(p) for p in option_parameters}
+  declared = frozenset(supports)
+  guard = functools.partial(_guarded, name, declared, params, options, types, limits, "mesh" in parameters)
+  examples = dict(example_options or {})
+  try:
+    _check_options(name, options, types, examples)
+  except ValueError as e:
+    raise ValueError(f"{e} (in example_options= of the registration)") from None
+  if weights is None and reference is None:
+    raise ValueError(f"attention variant '{name}' declares neither weights= nor reference=, so nothing says what "
+                     "it computes. Since jformer 0.2 weights= has no default (it was softmax attention's, which drew "
+                     "softmax maps for variants that are not softmax); a variant that computes softmax attention "
+                     "passes weights=jformer.attention.softmax_weights, another its own weights or a reference=")
+  return AttentionVariant(
+      name=name, fn=guard(fn), supports=declared | {"gqa"}, options=options, option_types=types, params=params,
+      weights=None if weights is None else guard(_without_dropout(weights), repeat=False, limited=False),
+      reference=guard(reference or _weighted_values(weights), repeat=False, limited=False),
+      example_options=examples, doc=doc or first_line(fn.__doc__),
+      platforms=None if platforms is None else frozenset(platforms), limits=limits, auto_priority=auto_priority)
 
-  The function takes the full signature, by name or as `**masking` (and `params` when it declares parameters);
-  its extra keyword-only
+
+REGISTRY: Registry[AttentionVariant] = Registry("attention variant", declare=_declare, details=_details)
+
+
+def register(name: str, *, supports, params: Mapping[str, Param] | None = None, weights: Callable | None = None,
+             reference: Callable | None = None, example_options: Mapping[str, Any] | None = None, doc: str = "",
+             platforms=None, limits: Callable | None = None, auto_priority: int | None = None):
+  """Decorator: `@register("my_variant", supports={"causal", "segment_ids"}, weights=...)` above the function.
+
+  The function takes the full signature, by name or as `**masking` (and `params` when it declares parameters,
+  `mesh` when it runs per device on a mesh: a `jformer.axes.Placement` or None); its extra keyword-only
   parameters are its options (from `model.attention_options`), required when they have no default; an int
   option takes a positive int, a float option a number. It only sees the features it declares: a call asking
   for another one is refused, with the feature named.
@@ -161,63 +218,36 @@ def register(name: str, *, supports, params: Mapping[str, Param] | None = None,
     supports: the FEATURES it supports.
     params: {name: `jformer.registry.Param`}: learned parameters, created by MultiHeadAttention and passed as
       `params={name: array}`; shapes may name MODEL_DIMS and the variant's options.
-    weights: its attention weights as a function (default: softmax attention's; a variant that is not softmax
-      attention passes its own, or None if it has none, and then a `reference`).
+    weights: its attention weights as a function, `[B, H, T, S]` (`softmax_weights` for a variant that computes
+      softmax attention); None if it has none, and then a `reference` (it then has no attention maps).
     reference: its explicit formula; default the weights times the values.
     example_options: options that make it run at test sizes; needed when it has required options (sweeps and
       benchmarks run it with these values of them, `AttentionVariant.runnable_options`).
     platforms: the JAX backends it is built for ("cpu", "gpu", "tpu"); None (default) for any.
     limits: `limits(query, key, value, **masking) -> str | None`, the reason it cannot run a call (shapes, dtype,
       backend, a form of a declared feature it cannot take), checked before every call (`AttentionVariant`).
+    auto_priority: a library kernel that `auto` may pick on its `platforms`: the highest priority that can
+      express a call runs it (`jformer.attention.auto`). None: `auto` never picks it.
   """
-  unknown = set(supports) - set(FEATURES)
-  if unknown:
-    raise ValueError(f"unknown features {sorted(unknown)} for '{name}'; features are {FEATURES}")
-  params = dict(params or {})
-  if weights is None and reference is None:
-    raise ValueError(f"attention variant '{name}' has no weights function: give it a reference= formula to be "
-                     "checked against")
-
-  def wrap(fn):
-    parameters = inspect.signature(fn).parameters
-    takes_rest = any(p.kind == p.VAR_KEYWORD for p in parameters.values())  # `**masking` takes the signature
-    lacking = [] if takes_rest else sorted(set(SIGNATURE) - set(parameters))
-    if lacking:
-      raise ValueError(f"attention variant '{name}' must accept the keyword arguments {lacking} (the one "
-                       "signature, see jformer/attention/__init__.py)")
-    if bool(params) != ("params" in parameters):
-      raise ValueError(f"attention variant '{name}': a function declaring params= must take a `params` keyword "
-                       "argument, and only then")
-    option_parameters = [p for p in parameters.values()
-                         if p.kind == p.KEYWORD_ONLY and p.name not in SIGNATURE and p.name != "params"]
-    options = {p.name: p.default for p in option_parameters}
-    types = {p.name: option_type(p) for p in option_parameters}
-    declared = frozenset(supports)
-    guard = functools.partial(_guarded, name, declared, params, options, types, limits)
-    examples = dict(example_options or {})
-    try:
-      _check_options(name, options, types, examples)
-    except ValueError as e:
-      raise ValueError(f"{e} (in example_options= of the registration)") from None
-    _REGISTRY.add(name, AttentionVariant(
-        name=name, fn=guard(fn), supports=declared | {"gqa"}, options=options, option_types=types, params=params,
-        weights=None if weights is None else guard(_without_dropout(weights), repeat=False, limited=False),
-        reference=guard(reference or _weighted_values(weights), repeat=False, limited=False),
-        example_options=examples, doc=doc or first_line(fn.__doc__),
-        platforms=None if platforms is None else frozenset(platforms), limits=limits))
-    return fn
-
-  return wrap
+  return REGISTRY.register(name, origin=caller(), supports=supports, params=params, weights=weights,
+                           reference=reference, example_options=example_options, doc=doc, platforms=platforms,
+                           limits=limits, auto_priority=auto_priority)
 
 
 def get(name: str) -> AttentionVariant:
   """The variant registered as `name`; an unknown name raises a KeyError listing the known ones."""
-  return _REGISTRY.get(name)
+  return REGISTRY.get(name)
 
 
 def available() -> list[str]:
   """Sorted names of the registered variants."""
-  return _REGISTRY.available()
+  return REGISTRY.available()
+
+
+def kernels(backend: str) -> list[AttentionVariant]:
+  """The library kernels `auto` may pick on `backend`, highest `auto_priority` first."""
+  found = [v for _, v in REGISTRY.items() if v.auto_priority is not None and backend in v.platforms]
+  return sorted(found, key=lambda v: -v.auto_priority)
 
 
 def requested_features(*, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
@@ -252,16 +282,19 @@ def check_shapes(name: str, query: jax.Array, key: jax.Array, value: jax.Array |
 
 
 def _guarded(name: str, declared: frozenset, params: Mapping[str, Param], options: Mapping[str, Any],
-             option_types: Mapping[str, type | None], limits: Callable | None, fn: Callable, *, repeat: bool = True,
-             limited: bool = True) -> Callable:
+             option_types: Mapping[str, type | None], limits: Callable | None, takes_mesh: bool, fn: Callable, *,
+             repeat: bool = True, limited: bool = True) -> Callable:
   """`fn(query, key, [value,] **kwargs)` behind the checks every variant shares: shapes, segment ids given in
   pairs, the refusal of undeclared features, option types, the declared parameters, the variant's `limits`
   (`limited`; not for its weights/reference functions, plain JAX); key/value heads repeated for a variant that
-  does not declare "gqa" (`repeat`; weights/reference functions always get H heads)."""
+  does not declare "gqa" (`repeat`; weights/reference functions always get H heads). A `mesh=` argument reaches
+  `fn` only when its variant function takes one (`takes_mesh`, and not its weights/reference functions)."""
 
   @functools.wraps(fn)
-  def call(query, key, *value, **kwargs):
+  def call(query, key, *value, mesh=None, **kwargs):
     check_shapes(name, query, key, value[0] if value else None)
+    if takes_mesh and limited:
+      kwargs["mesh"] = mesh
     arguments = {k: kwargs.pop(k) for k in SIGNATURE if k in kwargs}
     if (arguments.get("q_segment_ids") is None) != (arguments.get("kv_segment_ids") is None):
       raise ValueError(f"attention variant '{name}': q_segment_ids and kv_segment_ids must be given together")
@@ -273,7 +306,7 @@ def _guarded(name: str, declared: frozenset, params: Mapping[str, Param], option
     if params and (given is None or set(given) != set(params)):
       raise ValueError(f"attention variant '{name}' needs params={{{', '.join(sorted(params))}}} (its declared "
                        f"parameters), got {None if given is None else sorted(given)}")
-    _check_options(name, options, option_types, {k: v for k, v in kwargs.items() if k != "params"})
+    _check_options(name, options, option_types, {k: v for k, v in kwargs.items() if k not in RESERVED})
     reason = limits(query, key, value[0] if value else key, **arguments) if limits and limited else None
     if reason:
       raise ValueError(f"attention variant '{name}' cannot run this call: {reason}. Pick another variant (known: "

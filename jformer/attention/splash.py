@@ -1,9 +1,8 @@
 """`splash`: JAX's Pallas TPU splash attention (`jax.experimental.pallas.ops.tpu.splash_attention`), fwd + bwd.
 
-Why this kernel: it ships with jax (0.10.2 here, so it is pinned with it, maintained by the JAX team, imports on
-any machine and runs in the Pallas interpreter on CPU, which is how the variant matrix checks it); it takes
-separate query and key/value segment ids (so cross-attention and packed rows), grouped-query key/value heads,
-and has Pallas kernels for the backward pass. Pallas TPU `flash_attention` takes one segment-id layout per
+Why this kernel: it ships with jax (maintained by the JAX team, imports on any machine and runs in the Pallas
+interpreter on CPU, which is how the variant matrix checks it); it takes separate query and key/value segment ids
+(so cross-attention and packed rows), grouped-query key/value heads, and has Pallas kernels for the backward pass. Pallas TPU `flash_attention` takes one segment-id layout per
 call too, but no grouped-query heads; `tokamax` (PyPI) carries splash as well but pins its own jax/flax and
 its API is still moving.
 
@@ -13,7 +12,7 @@ positions (decode steps; packed training rows come without them), a mask, a bias
 those and `auto` falls back. Lengths are padded to whole blocks (multiples of 128, the TPU lane width the kernel
 requires even in the interpreter); the padding is segment id 0. On a device mesh each device runs the kernel on
 its share of the batch and heads (`jformer.attention.sharded`: `jit` does not partition a Pallas call by
-itself). Untested on TPU hardware: on TPU it compiles with Mosaic.
+itself). On TPU it compiles with Mosaic; where it has run: docs/results/support.md.
 """
 
 from __future__ import annotations
@@ -25,16 +24,16 @@ import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
 from jformer.attention import sharded
-from jformer.attention.registry import register
+from jformer.attention.registry import register, softmax_weights
 
 LANES = 128  # splash's key blocks must be multiples of the TPU lane width.
 
 
-@register("splash", supports={"causal", "segment_ids", "gqa"}, platforms={"tpu"},
-          example_options=dict(block_q=128, block_kv=128))
+@register("splash", supports={"causal", "segment_ids", "gqa"}, weights=softmax_weights, platforms={"tpu"},
+          auto_priority=10, example_options=dict(block_q=128, block_kv=128))
 def splash(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
-           kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, block_q=512, block_kv=512,
-           interpret=None):
+           kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, mesh=None, block_q=512,
+           block_kv=512, interpret=None):
   """Pallas TPU splash attention (fwd + bwd kernels); segment ids, causal by index, GQA; interpreted off TPU.
 
   Args:
@@ -42,6 +41,8 @@ def splash(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_id
     the variant signature (`jformer/attention/__init__.py`); the other features are refused before the call.
     block_q, block_kv: tile sizes (options), multiples of 128; a length shorter than a tile gets one tile of its
       length rounded up to 128.
+    mesh: the mesh to run on, each device on its share of the batch and heads (`sharded.per_device`); None =
+      one call over the whole arrays.
     interpret: run in the Pallas interpreter; None = unless JAX's backend is TPU.
 
   Returns:
@@ -51,7 +52,7 @@ def splash(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_id
   if interpret is None:
     interpret = jax.default_backend() != "tpu"
   kernel = functools.partial(_splash, causal=causal, block_q=block_q, block_kv=block_kv, interpret=interpret)
-  return sharded.per_device(kernel, query, key, value, q_segment_ids, kv_segment_ids)
+  return sharded.per_device(kernel, query, key, value, q_segment_ids, kv_segment_ids, mesh=mesh)
 
 
 def _splash(query, key, value, q_segment_ids, kv_segment_ids, *, causal: bool, block_q: int, block_kv: int,

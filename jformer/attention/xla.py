@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import jax
 
-from jformer.attention.registry import register
+from jformer.attention.registry import register, softmax_weights
 from jformer.ops.masks import attention_mask
 
 
-@register("xla", supports={"causal", "segment_ids", "positions", "mask", "bias", "decode", "gqa"})
+@register("xla", supports={"causal", "segment_ids", "positions", "mask", "bias", "decode", "gqa"},
+          weights=softmax_weights)
 def xla(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
         kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None):
   """jax.nn.dot_product_attention, XLA's implementation (cuDNN is not requested); no dropout."""

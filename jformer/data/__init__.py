@@ -32,17 +32,18 @@ from jformer.data.checks import check_run_inputs
 from jformer.data.documents import DocumentSource
 from jformer.data.lm_pipeline import (LM_BATCH_KEYS, PACKS, LMDatasets, TokenizedDocuments, lm_eval_dataset,
                                       lm_train_dataset, make_lm_datasets, tokenize_documents)
-from jformer.data.pipeline import (BATCH_KEYS, Datasets, TokenizedPairs, eval_dataset, make_datasets, pad_example,
-                                   tokenize_pairs, train_dataset)
+from jformer.data.pipeline import (BATCH_KEYS, LONG_EXAMPLES, Datasets, TokenizedPairs, eval_dataset, make_datasets,
+                                   pad_example, tokenize_pairs, train_dataset)
 from jformer.data.preparation import prepare
-from jformer.data.sources import (SPLITS, TextPairSource, available_datasets, bundled_corpus_path, bundled_text_path,
-                                  get_dataset, load_split, pair_texts, register_dataset, training_texts)
+from jformer.data.sources import (REGISTRY, SPLITS, TextPairSource, available_datasets, bundled_corpus_path,
+                                  bundled_text_path, get_dataset, load_split, pair_texts, register_dataset, training_texts)
 from jformer.data.tokenizer import Tokenizer, get_tokenizer, train_tokenizer
 from jformer.data.workdir import load_tokenizer, source_args, vocab_path
 from jformer.ops.tokens import EOS_ID, PAD_ID, UNK_ID
 
 __all__ = [
-    "BATCH_KEYS", "Datasets", "DocumentSource", "EOS_ID", "LMDatasets", "LM_BATCH_KEYS", "PACKS", "PAD_ID", "SPLITS",
+    "BATCH_KEYS", "REGISTRY", "Datasets", "DocumentSource", "EOS_ID", "LMDatasets", "LM_BATCH_KEYS", "LONG_EXAMPLES",
+    "PACKS", "PAD_ID", "SPLITS",
     "TextPairSource", "TokenizedDocuments", "TokenizedPairs", "Tokenizer", "UNK_ID", "available_datasets",
     "bundled_corpus_path", "bundled_text_path", "check_run_inputs", "eval_dataset", "get_dataset", "get_tokenizer",
     "lm_eval_dataset", "lm_train_dataset", "load_split", "load_tokenizer", "make_datasets", "make_lm_datasets",

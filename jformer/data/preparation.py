@@ -7,7 +7,7 @@ How (`prepare`):
    gs://) and only reads it, or, in a host-local folder (e.g. `data.data_dir` on a local disk), prepares its own
    copy there.
 3. Each preparation of a local folder (the tfds `data_dir`, the vocabulary's folder) holds an exclusive lock on
-   `<folder>/.jformer_prepare.lock` (`fcntl.flock`, which NFS also honours), so processes that share a local
+   `<folder>/.jformer_prepare.lock` (`paths.file_lock`, which NFS also honours), so processes that share a local
    folder but not process 0's (several processes per host, each host with its own disk) take turns, and so do
    separate runs started together on one `data.data_dir`. A non-local folder (gs://) takes no lock: it is
    shared by every process, so step 1 has prepared it. A file system without locks (Lustre mounted without
@@ -19,7 +19,6 @@ coordination service ends the job).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import time
 from typing import Callable, Iterator, TypeVar
@@ -77,23 +76,17 @@ def process_0_first(fn: Callable[[], T], barrier: str) -> T:
 
 @contextlib.contextmanager
 def folder_lock(folder: epath.PathLike) -> Iterator[None]:
-  """Holds an exclusive `fcntl.flock` on `<folder>/.jformer_prepare.lock` (created with the folder) while the
-  block runs. No lock for a folder given as a URL (gs://...) or one where the lock file cannot be created (a
-  read-only folder, where nothing will be prepared either)."""
+  """Holds an exclusive lock on `<folder>/.jformer_prepare.lock` (created with the folder; `paths.file_lock`, waiting)
+  while the block runs. No lock for a folder given as a URL (gs://...), one where the lock file cannot be created
+  (a read-only folder, where nothing will be prepared either) or a file system that refuses locks (Lustre without
+  `flock`; logged)."""
   if not paths.is_local(folder):
     yield
     return
-  try:
-    os.makedirs(folder, exist_ok=True)
-    lock = open(os.path.join(folder, LOCK_FILE), "a")
-  except OSError as e:
-    logging.info("no preparation lock in %s (%s).", folder, e)
-    yield
-    return
-  with lock:
+  with contextlib.ExitStack() as stack:
     try:
-      fcntl.flock(lock, fcntl.LOCK_EX)
-    except OSError as e:
-      logging.warning("cannot lock %s (%s); preparing without a lock (process 0 still prepares first).",
-                      lock.name, e)
-    yield  # closing the file releases the lock.
+      os.makedirs(folder, exist_ok=True)
+      stack.enter_context(paths.file_lock(os.path.join(folder, LOCK_FILE)))
+    except OSError as e:  # read-only (nothing to prepare there) or no locks on this file system.
+      logging.info("no preparation lock in %s (%s); process 0 still prepares first.", folder, e)
+    yield

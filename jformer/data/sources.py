@@ -33,14 +33,14 @@ from absl import logging
 
 from jformer.data import documents, parallel_text, records
 from jformer.data.documents import DocumentSource
-from jformer.registry import Registry
+from jformer.registry import Registry, caller
 
 SPLITS = ("train", "valid", "test")
 _TFDS_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
 _LM1B_SPLITS = {"train": "train", "valid": "test", "test": "test"}  # lm1b has no validation split.
 
 Loader = Callable[..., "TextPairSource | DocumentSource"]
-_REGISTRY: Registry[Loader] = Registry("dataset", patterns=True)
+REGISTRY: Registry[Loader] = Registry("dataset", patterns=True)
 
 
 class TextPairSource(records.RecordView):
@@ -73,18 +73,18 @@ def register_dataset(name: str) -> Callable[[Loader], Loader]:
 
   `name` may be a glob pattern ("wmt*_translate/*"); the loader then gets the full name it was asked for.
   """
-  return lambda loader: _REGISTRY.add(name, loader)
+  return REGISTRY.register(name, origin=caller())
 
 
 def get_dataset(name: str) -> Loader:
   """The loader registered for `name` (exact names first, then patterns); unknown names raise a KeyError that lists
   the known ones."""
-  return _REGISTRY.get(name)
+  return REGISTRY.get(name)
 
 
 def available_datasets() -> list[str]:
   """Sorted registered names and patterns."""
-  return _REGISTRY.available()
+  return REGISTRY.available()
 
 
 def load_split(dataset: str, split: str, *, path: str = "", data_dir: str | None = None, source_lang: str = "en",

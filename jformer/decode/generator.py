@@ -103,6 +103,7 @@ class Generator:
                        "sentence to decode from: use `jformer translate`.")
     if max_new_tokens < 1:
       raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    model.config.check_attention(decoding=True)  # a variant that trains but cannot decode: one line saying why.
     self.model, self.tokenizer = model, tokenizer
     self.parallel = RowParallel(devices)
     self.params = self.parallel.replicate(params)

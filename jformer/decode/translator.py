@@ -105,6 +105,7 @@ class Translator:
     if not model.is_encoder_decoder:
       raise ValueError("this run is a language model (model.architecture='lm'), which continues text instead of "
                        "translating it: use `jformer generate`.")
+    model.config.check_attention(decoding=True)  # a variant that trains but cannot decode: one line saying why.
     self.model, self.tokenizer = model, tokenizer
     self.parallel = RowParallel(devices)
     self.params = self.parallel.replicate(params)

@@ -1,19 +1,42 @@
-"""The frozen model configuration: built once from `config.model`, the only thing modules read."""
+"""The model section of a config, declared once: `TransformerConfig` is both its schema (each field's default,
+meaning, allowed values and identity: `jformer.schema.field`) and the frozen config the modules read.
+
+Registry names (`attention`, `positional`) are resolved to their entries once per config object
+(`attention_variant`, `positional_encoding`); the compute dtype 'auto' is resolved when first used, inside the
+model, so that reading and checking a config never starts JAX's backend (a multi-process job must join
+`jax.distributed` first).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from jformer import attention, positional, runtime
+from jformer import attention, positional, registry, runtime
+from jformer.schema import Registered, field
 
 NORMS = ("post", "pre")
 ACTIVATIONS = ("relu", "gelu")
 REMAT = ("auto", "none", "full")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+@functools.lru_cache(maxsize=64)
+def _checked_config(cls, items: tuple, generation: int) -> TransformerConfig:
+  """The checked config of these field values: one object per process (while no plug-in is registered, the
+  registries' `generation`), so that validating a config and building its model resolve its names once."""
+  del generation  # part of the cache key only.
+  config = cls(**dict(items))
+  config.validate()
+  return config
+
+
+def _hashable(value):
+  return tuple(map(_hashable, value)) if isinstance(value, (list, tuple)) else value
 
 
 def resolve_dtype(dtype) -> Any:
@@ -29,27 +52,61 @@ def resolve_dtype(dtype) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-  """Hyper-parameters of the encoder-decoder Transformer (and the decoder-only LM); see configs/ for meaning."""
-  vocab_size: int
-  d_model: int = 512
-  num_heads: int = 8
-  num_kv_heads: int = 0
-  d_ff: int = 2048
-  num_encoder_layers: int = 6
-  num_decoder_layers: int = 6
-  dropout_rate: float = 0.1
-  attention_dropout_rate: float = 0.0
-  attention: str = "auto"
-  attention_options: tuple = ()
-  positional: str = "sinusoidal"
-  positional_options: tuple = ()
-  max_length: int = 512
-  norm: str = "post"
-  activation: str = "relu"
-  remat: str = "auto"
-  share_embeddings: bool = True
-  tie_output_embedding: bool = True
-  dtype: Any = jnp.float32
+  """Hyper-parameters of the encoder-decoder Transformer and of the decoder-only language model (`config.model`).
+
+  The option groups hold (option, value) pairs, sorted; `from_config` builds one from a config's model section.
+  """
+  architecture: str = field("transformer", "The task and its model: 'transformer' (encoder-decoder translation) or "
+                            "'lm' (decoder-only language model); `jformer list task`.",
+                            choices=Registered("task"), identity=True)
+  vocab_size: int = field(32000, "Shared source/target vocabulary size (SentencePiece).", at_least=1, identity=True)
+  d_model: int = field(512, "Width of embeddings and residual stream (paper: d_model).", at_least=1, identity=True)
+  num_heads: int = field(8, "Attention heads (paper: h); d_k = d_v = d_model / num_heads.", at_least=1,
+                         identity=True)
+  num_kv_heads: int = field(0, "Key/value heads (grouped-query attention; 1 = multi-query); 0 = num_heads (paper).",
+                            at_least=0, identity=True)
+  d_ff: int = field(2048, "Inner width of the feed-forward sublayer (paper: d_ff).", at_least=1, identity=True)
+  num_encoder_layers: int = field(6, "Encoder layers (paper: N).", at_least=0, identity=True)
+  num_decoder_layers: int = field(6, "Decoder layers (paper: N).", at_least=0, identity=True)
+  dropout_rate: float = field(0.1, "Dropout on sublayer outputs and embedding sums (paper: P_drop).", at_least=0)
+  attention_dropout_rate: float = field(0.0, "Dropout on attention weights (not in the paper).", at_least=0)
+  attention: str = field("auto", "Attention variant (`jformer attention list`); auto: the fastest kernel per "
+                         "backend and shape.", choices=Registered("attention variant"), identity=True)
+  attention_options: tuple = field((), "Keyword options of that variant (e.g. window_size).", group=True,
+                                   identity=True)
+  positional: str = field("sinusoidal", "Positional encoding (`jformer positional list`); paper: sinusoidal.",
+                          choices=Registered("positional encoding"), identity=True)
+  positional_options: tuple = field((), "Keyword options of that encoding (e.g. num_buckets).", group=True,
+                                    identity=True)
+  max_length: int = field(512, "Longest sequence the position tables cover.", at_least=1, identity=True)
+  norm: str = field("post", "'post': LayerNorm(x + Sublayer(x)) as the paper; 'pre': x + Sublayer(LayerNorm(x)).",
+                    choices=NORMS, identity=True)
+  activation: str = field("relu", "Feed-forward nonlinearity: 'relu' (paper) or 'gelu'.", choices=ACTIVATIONS,
+                          identity=True)
+  remat: str = field("auto", "Recompute layer activations in the backward pass: auto (>= 1024 tokens), none, full.",
+                     choices=REMAT)
+  share_embeddings: bool = field(True, "One embedding matrix for source and target tokens (paper Sec. 3.4).",
+                                 identity=True)
+  tie_output_embedding: bool = field(True, "Pre-softmax projection = target embedding transposed (paper Sec. 3.4).",
+                                     identity=True)
+  dtype: Any = field("float32", "Compute dtype of matmuls and activations: 'float32', 'bfloat16' (float32 "
+                     "parameters, optimizer state and accumulation) or 'auto': bfloat16 on GPU/TPU and on CPUs "
+                     "with AVX512_BF16/AMX, else float32.", choices=(*DTYPES, "auto"))
+
+  @functools.cached_property
+  def compute_dtype(self) -> Any:
+    """`dtype` as a jnp dtype ('auto' resolved on JAX's backend when first asked, inside the model)."""
+    return resolve_dtype(self.dtype)
+
+  @functools.cached_property
+  def attention_variant(self) -> attention.AttentionVariant:
+    """The registered attention variant `attention` names (looked up once)."""
+    return attention.get(self.attention)
+
+  @functools.cached_property
+  def positional_encoding(self) -> positional.PositionalEncoding:
+    """The registered positional encoding `positional` names (looked up once)."""
+    return positional.get(self.positional)
 
   @property
   def head_dim(self) -> int:
@@ -60,75 +117,87 @@ class TransformerConfig:
     """Key/value heads: `num_kv_heads`, or `num_heads` when it is 0 (standard multi-head attention)."""
     return self.num_kv_heads or self.num_heads
 
-  def attention_variant(self) -> attention.AttentionVariant:
-    """The registered attention variant `attention` names."""
-    return attention.get(self.attention)
-
   @property
   def dims(self) -> dict[str, int]:
     """The model dimensions a plug-in reads by name (`jformer.registry.Param` shapes, positional encodings)."""
     return dict(d_model=self.d_model, heads=self.num_heads, kv_heads=self.kv_heads, head_dim=self.head_dim,
                 max_length=self.max_length)
 
+  @functools.cached_property
   def attention_param_dims(self) -> dict:
     """The sizes the variant's parameter shapes may name: the model's and the variant's options."""
-    return self.attention_variant().param_dims(self.dims, dict(self.attention_options))
+    return self.attention_variant.param_dims(self.dims, dict(self.attention_options))
 
   @classmethod
-  def from_config(cls, model_config) -> "TransformerConfig":
-    """Builds and validates from the `config.model` ConfigDict; raises ValueError naming what is wrong."""
+  def from_config(cls, model_config) -> TransformerConfig:
+    """Builds and checks one from a config's `model` section (a ConfigDict or dict); raises ValueError naming
+    what is wrong."""
     values = dict(model_config)
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
       raise ValueError(f"unknown model field(s) {unknown}; known: {sorted(known)}")
     for options in ("attention_options", "positional_options"):
-      values[options] = tuple(sorted(dict(values.get(options) or {}).items()))
-    values["dtype"] = resolve_dtype(values.get("dtype", "float32"))
-    config = cls(**values)
-    config.validate()
-    return config
+      values[options] = tuple(sorted((k, _hashable(v)) for k, v in dict(values.get(options) or {}).items()))
+    return _checked_config(cls, tuple(sorted(values.items())), registry.generation())
 
-  def validate(self) -> None:
-    """Checks combinations that would fail later or silently compute the wrong thing."""
-    problems = []
-    if self.d_model % self.num_heads:
-      problems.append(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
-    if self.num_kv_heads < 0 or (self.num_kv_heads and self.num_heads % self.num_kv_heads):
-      problems.append(f"num_kv_heads={self.num_kv_heads} does not divide num_heads={self.num_heads} (each key/value "
-                      "head serves num_heads/num_kv_heads query heads; 1 = multi-query, 0 = num_heads)")
-    try:
-      positional.get(self.positional).check(self.dims, dict(self.positional_options))
-    except (KeyError, ValueError) as e:  # an unknown name, an unknown option, a combination it cannot run.
-      problems.append(e.args[0])
-    if self.norm not in NORMS:
-      problems.append(f"norm='{self.norm}' is not one of {NORMS}")
-    if self.remat not in REMAT:
-      problems.append(f"remat='{self.remat}' is not one of {REMAT}")
-    if self.activation not in ACTIVATIONS:
-      problems.append(f"activation='{self.activation}' is not one of {ACTIVATIONS}")
-    if not 0.0 <= self.dropout_rate < 1.0 or not 0.0 <= self.attention_dropout_rate < 1.0:
-      problems.append("dropout rates must be in [0, 1)")
-    if min(self.vocab_size, self.d_model, self.d_ff, self.max_length) <= 0 or min(
-        self.num_encoder_layers, self.num_decoder_layers) < 0:
-      problems.append("sizes must be positive (layers may be 0)")
-    if problems:
-      raise ValueError("invalid model config: " + "; ".join(problems))
-    try:
-      variant = attention.get(self.attention)
-    except KeyError as e:
-      raise ValueError(str(e.args[0])) from None
-    # Feature -> the setting that needs it (None: every model does).
-    needs = {"causal": None, "segment_ids": None, "positions": None, "decode": None}
+  def needs(self, *, decoding: bool = False) -> dict[str, str]:
+    """The attention features this model asks its variant for, each with the reason: what training asks (padding
+    and packing as segment ids; causal self-attention in a decoder; a bias encoding; attention dropout), and with
+    `decoding` what decoding adds (decode steps against a cache, masked by position)."""
+    needs = {"segment_ids": "padding and packed rows"}
+    if self.num_decoder_layers:
+      needs["causal"] = "the decoder's self-attention"
     if self.attention_dropout_rate > 0:
       needs["dropout"] = f"model.attention_dropout_rate={self.attention_dropout_rate}"
-    if positional.get(self.positional).acts == "bias":
+    if self.positional_encoding.acts == "bias":
       needs["bias"] = f"model.positional='{self.positional}'"
     if self.kv_heads != self.num_heads:
       needs["gqa"] = f"model.num_kv_heads={self.num_kv_heads}"
+    if decoding:
+      needs["decode"] = needs["positions"] = "decoding (translate, generate, BLEU)"
+    return needs
+
+  def attention_refusal(self, *, decoding: bool = False) -> str | None:
+    """Why the variant cannot serve this use (a feature it lacks that `needs` asks for, each named with why), None
+    if it can."""
+    variant = self.attention_variant
+    missing = {feature: why for feature, why in self.needs(decoding=decoding).items()
+               if feature not in variant.supports}
+    if not missing:
+      return None
+    reasons = "; ".join(f"'{feature}' for {why}" for feature, why in sorted(missing.items()))
+    return (f"attention variant '{self.attention}' does not support {reasons} (it supports "
+            f"{sorted(variant.supports)}); pick another variant (`jformer attention list`)")
+
+  def check_attention(self, *, decoding: bool = False) -> None:
+    """Raises ValueError with `attention_refusal`'s reason when the variant cannot serve this use."""
+    reason = self.attention_refusal(decoding=decoding)
+    if reason:
+      raise ValueError(reason)
+
+  def validate(self) -> None:
+    """Checks combinations that would fail later or silently compute the wrong thing (a config's field values
+    have been checked against their declarations before, `jformer.config.validate`)."""
+    problems = []
+    if self.d_model % self.num_heads:
+      problems.append(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
+    if self.num_kv_heads and self.num_heads % self.num_kv_heads:
+      problems.append(f"num_kv_heads={self.num_kv_heads} does not divide num_heads={self.num_heads} (each key/value "
+                      "head serves num_heads/num_kv_heads query heads; 1 = multi-query, 0 = num_heads)")
+    for name, rate in (("dropout_rate", self.dropout_rate), ("attention_dropout_rate", self.attention_dropout_rate)):
+      if not 0.0 <= rate < 1.0:
+        problems.append(f"{name}={rate} is not in [0, 1)")
+    for resolve in (lambda: self.attention_variant, lambda: self.positional_encoding):
+      try:
+        resolve()
+      except KeyError as e:  # an unknown name: the known ones listed.
+        problems.append(e.args[0])
+    if problems:
+      raise ValueError("invalid model config: " + "; ".join(problems))
     try:
-      variant.check(needs=set(needs), options=dict(self.attention_options), dims=self.dims)
+      self.positional_encoding.check(self.dims, dict(self.positional_options))
+      self.attention_variant.check(options=dict(self.attention_options), dims=self.dims)
+      self.check_attention()
     except ValueError as e:
-      reason = "; ".join(f"{setting} needs '{feature}'" for feature, setting in needs.items()
-                         if setting and feature not in variant.supports)
-      raise ValueError(f"{e} ({reason})" if reason else str(e)) from None
+      raise ValueError(f"invalid model config: {e}") from None

@@ -12,21 +12,22 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jformer import positional
+from jformer import axes
 from jformer.models import plugin_params
+from jformer.models.config import TransformerConfig
 from jformer.ops import dropout as dropout_op
 from jformer.ops import matmul
-from jformer.models.config import TransformerConfig
 
 def logical(init, *axes):
-  """`init` for a parameter whose dimensions carry logical axis names (mesh axes: jformer.parallel.mesh)."""
+  """`init` for a parameter whose dimensions carry logical axis names (`jformer.axes`; mapped to mesh axes by
+  `axes.RULES`)."""
   return nn.with_logical_partitioning(init, axes)
 
 
 def layer_norm(name: str) -> nn.LayerNorm:
   """LayerNorm with replicated scale and bias (logical axis 'norm')."""
-  return nn.LayerNorm(scale_init=logical(nn.initializers.ones, "norm"),
-                      bias_init=logical(nn.initializers.zeros, "norm"), name=name)
+  return nn.LayerNorm(scale_init=logical(nn.initializers.ones, axes.NORM),
+                      bias_init=logical(nn.initializers.zeros, axes.NORM), name=name)
 
 
 class Embed(nn.Module):
@@ -37,7 +38,7 @@ class Embed(nn.Module):
 
   def setup(self):
     # std d^-1/2, so that embedding * sqrt(d) has unit scale and tied logits y . E^T have unit scale.
-    self.embedding = self.param("embedding", logical(nn.initializers.normal(stddev=self.d_model**-0.5), "vocab", "embed"),
+    self.embedding = self.param("embedding", logical(nn.initializers.normal(stddev=self.d_model**-0.5), axes.VOCAB, axes.EMBED),
                                 (self.vocab_size, self.d_model), jnp.float32)
 
   def __call__(self, ids_BxL: jax.Array) -> jax.Array:
@@ -62,7 +63,7 @@ class AddPositions(nn.Module):
   @nn.compact
   def __call__(self, x_BxLxD: jax.Array, positions_BxL: jax.Array | None = None, *, decode: bool = False):
     cfg = self.config
-    encoding = positional.get(cfg.positional)
+    encoding = cfg.positional_encoding
     if encoding.acts != "embedding":
       return x_BxLxD
     length = x_BxLxD.shape[1]
@@ -80,7 +81,7 @@ class AddPositions(nn.Module):
 def positional_arguments(module: nn.Module, cfg: TransformerConfig) -> dict:
   """The keyword arguments of the `config.positional` encoding's function: `dims`, `params` (its declared
   parameters, created in `module`) and its options from `model.positional_options`."""
-  encoding = positional.get(cfg.positional)
+  encoding = cfg.positional_encoding
   options = dict(cfg.positional_options)
   params = plugin_params.create(module, encoding.params, {**cfg.dims, **encoding.with_defaults(options)})
   return dict(dims=cfg.dims, params=params, **options)
@@ -113,7 +114,7 @@ class AttentionBias(nn.Module):
   def __call__(self, q_positions_BxT: jax.Array, kv_positions_BxS: jax.Array) -> jax.Array:
     """Query and key positions `[B, T]`, `[B, S]` -> logits bias `[B or 1, H, T, S]` float32."""
     cfg = self.config
-    return positional.get(cfg.positional).fn(q_positions_BxT, kv_positions_BxS, causal=self.causal,
+    return cfg.positional_encoding.fn(q_positions_BxT, kv_positions_BxS, causal=self.causal,
                                              **positional_arguments(self, cfg))
 
 
@@ -174,7 +175,8 @@ class MultiHeadAttention(nn.Module):
   H). `rotary`: the `config.positional` encoding (it acts "rotary"; its parameters, if any, live here) rotates
   queries and keys. `position_bias` (an `AttentionBias`) adds a positional bias to the logits. A variant that
   learns parameters (additive, general, cosine, ...) gets them created here, under a scope named after it, from
-  what it declares. When the 'intermediates' collection is mutable (`apply(..., mutable=["intermediates"])`),
+  what it declares. `mesh` (a `jformer.axes.Placement`, None on one device) reaches the variant as `mesh=`: the
+  library kernels run on each device's share of the batch and heads. When the 'intermediates' collection is mutable (`apply(..., mutable=["intermediates"])`),
   the attention weights `[B, H, T, S]` the variant applies (its `weights` function) are sown as
   'attention_weights'; nothing is sown for a variant without one. The output is unchanged.
 
@@ -189,23 +191,24 @@ class MultiHeadAttention(nn.Module):
   causal: bool = False
   rotary: bool = False
   position_bias: nn.Module | None = None
+  mesh: axes.Placement | None = None
 
   @nn.compact
   def __call__(self, inputs_q_BxTxD, inputs_kv_BxSxD=None, *, q_segment_ids=None, kv_segment_ids=None,
                q_positions=None, kv_positions=None, deterministic: bool = True, decode: bool = False):
     cfg = self.config
-    heads = lambda n, axis, name, use_bias=True: Dense((cfg.d_model,), (n, cfg.head_dim), ("embed", axis, "head_dim"),
-                                                       cfg.dtype, use_bias, name=name)
-    query = heads(cfg.num_heads, "heads", "query")
+    heads = lambda n, axis, name, use_bias=True: Dense((cfg.d_model,), (n, cfg.head_dim), (axes.EMBED, axis, axes.HEAD_DIM),
+                                                       cfg.compute_dtype, use_bias, name=name)
+    query = heads(cfg.num_heads, axes.HEADS, "query")
     # No key bias: q.(k + b) shifts every logit of a query equally, which softmax ignores (its gradient is 0).
-    key, value = heads(cfg.kv_heads, "kv_heads", "key", use_bias=False), heads(cfg.kv_heads, "kv_heads", "value")
+    key, value = heads(cfg.kv_heads, axes.KV_HEADS, "key", use_bias=False), heads(cfg.kv_heads, axes.KV_HEADS, "value")
     if inputs_kv_BxSxD is None and cfg.kv_heads == cfg.num_heads:  # self-attention: Q, K and V in one matmul.
-      query_BxTxHxK, *key_value = project(inputs_q_BxTxD, (query, key, value), cfg.dtype)
+      query_BxTxHxK, *key_value = project(inputs_q_BxTxD, (query, key, value), cfg.compute_dtype)
       project_kv = lambda: key_value
     else:
-      query_BxTxHxK, = project(inputs_q_BxTxD, (query,), cfg.dtype)
+      query_BxTxHxK, = project(inputs_q_BxTxD, (query,), cfg.compute_dtype)
       kv_source = inputs_q_BxTxD if inputs_kv_BxSxD is None else inputs_kv_BxSxD
-      project_kv = lambda: project(kv_source, (key, value), cfg.dtype)
+      project_kv = lambda: project(kv_source, (key, value), cfg.compute_dtype)
 
     if decode and inputs_kv_BxSxD is not None:
       key_BxSxGxK, value_BxSxGxK = self._cross_attention_cache(project_kv)
@@ -217,7 +220,7 @@ class MultiHeadAttention(nn.Module):
       q_positions = _default_positions(q_positions, query_BxTxHxK)
       kv_positions = q_positions if inputs_kv_BxSxD is None else _default_positions(kv_positions, key_BxSxGxK)
     if self.rotary:
-      rotate = functools.partial(positional.get(cfg.positional).fn, **positional_arguments(self, cfg))
+      rotate = functools.partial(cfg.positional_encoding.fn, **positional_arguments(self, cfg))
       query_BxTxHxK, key_BxSxGxK = rotate(query_BxTxHxK, q_positions), rotate(key_BxSxGxK, kv_positions)
     if decode and inputs_kv_BxSxD is None:
       key_BxSxGxK, value_BxSxGxK, kv_positions = self._update_cache(key_BxSxGxK, value_BxSxGxK, q_positions)
@@ -227,18 +230,18 @@ class MultiHeadAttention(nn.Module):
       q_positions = kv_positions = None  # implied by index and segments (class doc): the kernels take the call.
     masking = dict(causal=self.causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
                    q_positions=q_positions, kv_positions=kv_positions, bias=bias)
-    variant, options = cfg.attention_variant(), dict(cfg.attention_options)
+    variant, options = cfg.attention_variant, dict(cfg.attention_options)
     if variant.params:
-      masking["params"] = plugin_params.DeclaredParams(variant.params, cfg.attention_param_dims(), name=variant.name)()
+      masking["params"] = plugin_params.DeclaredParams(variant.params, cfg.attention_param_dims, name=variant.name)()
     dropout_rng = None
     if not deterministic and cfg.attention_dropout_rate > 0:
       dropout_rng = self.make_rng("dropout")
     out_BxTxHxK = variant.fn(query_BxTxHxK, key_BxSxGxK, value_BxSxGxK, **masking, **options,
                              dropout_rate=0.0 if deterministic else cfg.attention_dropout_rate,
-                             dropout_rng=dropout_rng)
+                             dropout_rng=dropout_rng, mesh=self.mesh)
     if self.is_mutable_collection("intermediates") and not self.is_initializing() and variant.weights:
       self.sow("intermediates", "attention_weights", variant.weights(query_BxTxHxK, key_BxSxGxK, **masking, **options))
-    return Dense((cfg.num_heads, cfg.head_dim), (cfg.d_model,), ("heads", "head_dim", "embed"), cfg.dtype,
+    return Dense((cfg.num_heads, cfg.head_dim), (cfg.d_model,), (axes.HEADS, axes.HEAD_DIM, axes.EMBED), cfg.compute_dtype,
                  name="out")(out_BxTxHxK)
 
   def _cross_attention_cache(self, project_kv):
@@ -290,9 +293,9 @@ class FeedForward(nn.Module):
   @nn.compact
   def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
     cfg = self.config
-    h_BxLxF = Dense((cfg.d_model,), (cfg.d_ff,), ("embed", "mlp"), cfg.dtype, name="wi")(x_BxLxD)
+    h_BxLxF = Dense((cfg.d_model,), (cfg.d_ff,), (axes.EMBED, axes.MLP), cfg.compute_dtype, name="wi")(x_BxLxD)
     h_BxLxF = nn.relu(h_BxLxF) if cfg.activation == "relu" else nn.gelu(h_BxLxF)
-    return Dense((cfg.d_ff,), (cfg.d_model,), ("mlp", "embed"), cfg.dtype, name="wo")(h_BxLxF)
+    return Dense((cfg.d_ff,), (cfg.d_model,), (axes.MLP, axes.EMBED), cfg.compute_dtype, name="wo")(h_BxLxF)
 
 
 class Dropout(nn.Module):

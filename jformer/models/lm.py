@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import flax.linen as nn
 
+from jformer import axes
 from jformer.models.config import TransformerConfig
 from jformer.models.layers import Embed
 from jformer.models.transformer import Decoder, batch_keywords
@@ -12,9 +13,11 @@ from jformer.models.transformer import Decoder, batch_keywords
 class LanguageModel(nn.Module):
   """Next-token model: `tokens` `[B, T]` (0 = padding) -> logits `[B, T, V]` predicting `tokens` (shifted inside).
 
-  Uses `num_decoder_layers` layers of masked self-attention + feed-forward.
+  Uses `num_decoder_layers` layers of masked self-attention + feed-forward. `mesh`: the `jformer.axes.Placement`
+  the attention kernels run per device on (None: one device, or under pmap).
   """
   config: TransformerConfig
+  mesh: axes.Placement | None = None
   is_encoder_decoder = False  # what callers ask instead of checking the class (`Transformer`: True).
 
   def call_arguments(self, batch: dict) -> tuple[tuple, dict]:
@@ -25,7 +28,7 @@ class LanguageModel(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.decoder = Decoder(cfg, Embed(cfg.vocab_size, cfg.d_model, cfg.dtype, name="embedding"))
+    self.decoder = Decoder(cfg, Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype, name="embedding"), self.mesh)
 
   def __call__(self, tokens, *, positions=None, segmentation=None, deterministic=True, decode=False,
                return_hidden=False):

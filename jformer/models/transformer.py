@@ -10,7 +10,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jformer import positional
+from jformer import axes
 from jformer.models import remat as remat_lib
 from jformer.models.config import TransformerConfig
 from jformer.models.layers import (AddPositions, AttentionBias, Dropout, Embed, FeedForward, MultiHeadAttention,
@@ -38,25 +38,27 @@ def segments_or_padding(tokens_BxL: jax.Array, segmentation_BxL: jax.Array | Non
 class TransformerLayer(nn.Module):
   """Self-attention, encoder-decoder attention (only when `encoded` is given), feed-forward; each sublayer
   wrapped in residual + dropout + LayerNorm (paper Fig. 1). `causal` masks future positions (decoder).
-  `position_bias` (the stack's shared `AttentionBias`, or None) biases self-attention only."""
+  `position_bias` (the stack's shared `AttentionBias`, or None) biases self-attention only; `mesh`: the
+  `jformer.axes.Placement` the attention kernels run per device on (None: one device)."""
   config: TransformerConfig
   causal: bool
   position_bias: nn.Module | None = None
+  mesh: axes.Placement | None = None
 
   @nn.compact
   def __call__(self, x_BxLxD, encoded_BxSxD=None, *, segment_ids_BxL=None, positions_BxL=None,
                encoder_segment_ids_BxS=None, deterministic=True, decode=False):
     cfg = self.config
     sub = dict(dropout=Dropout(cfg.dropout_rate), pre_norm=cfg.norm == "pre", deterministic=deterministic)
-    self_attend = MultiHeadAttention(cfg, causal=self.causal, rotary=positional.get(cfg.positional).acts == "rotary",
-                                     position_bias=self.position_bias, name="self_attention")
+    self_attend = MultiHeadAttention(cfg, causal=self.causal, rotary=cfg.positional_encoding.acts == "rotary",
+                                     position_bias=self.position_bias, mesh=self.mesh, name="self_attention")
     x_BxLxD = residual(
         x_BxLxD, lambda h: self_attend(h, q_segment_ids=segment_ids_BxL, kv_segment_ids=segment_ids_BxL,
                                        q_positions=positions_BxL, kv_positions=positions_BxL,
                                        deterministic=deterministic, decode=decode),
         norm=layer_norm("self_attention_norm"), **sub)
     if encoded_BxSxD is not None:
-      cross_attend = MultiHeadAttention(cfg, name="cross_attention")
+      cross_attend = MultiHeadAttention(cfg, mesh=self.mesh, name="cross_attention")
       query_segments = segment_ids_BxL
       if query_segments is None:  # decoding: every query is a real token of example 1.
         query_segments = jnp.ones(x_BxLxD.shape[:2], jnp.int32)
@@ -84,7 +86,7 @@ def rematerialize(stack: nn.Module, length: int, deterministic: bool) -> bool:
   """Whether `stack` recomputes its layers' activations in the backward pass (`model.remat`, models/remat.py):
   only when training, and not with a positional bias shared across layers (an encoding that acts "bias")."""
   cfg = stack.config
-  return (remat_lib.wanted(cfg.remat, length) and not deterministic and positional.get(cfg.positional).acts != "bias"
+  return (remat_lib.wanted(cfg.remat, length) and not deterministic and cfg.positional_encoding.acts != "bias"
           and not stack.is_initializing())
 
 
@@ -113,7 +115,7 @@ def run_layer(stack: nn.Module, layer: TransformerLayer, x_BxLxD, encoded_BxSxD,
 
 def stack_position_bias(config: TransformerConfig, *, causal: bool) -> AttentionBias | None:
   """The self-attention bias module shared by the layers of one stack (an encoding that acts "bias"), else None."""
-  if positional.get(config.positional).acts != "bias":
+  if config.positional_encoding.acts != "bias":
     return None
   return AttentionBias(config, causal=causal, name="position_bias")
 
@@ -122,6 +124,7 @@ class Encoder(nn.Module):
   """Embedding + positions + dropout, N encoder layers, final LayerNorm for pre-LN."""
   config: TransformerConfig
   embed: nn.Module
+  mesh: axes.Placement | None = None
 
   @nn.compact
   def __call__(self, inputs_BxS, *, positions_BxS=None, segmentation_BxS=None, deterministic=True):
@@ -132,8 +135,9 @@ class Encoder(nn.Module):
     position_bias = stack_position_bias(cfg, causal=False)
     remat = rematerialize(self, inputs_BxS.shape[1], deterministic)
     for i in range(cfg.num_encoder_layers):
-      x_BxSxD = run_layer(self, EncoderLayer(cfg, position_bias=position_bias, name=f"layer_{i}"), x_BxSxD, None,
-                          segment_ids_BxS, positions_BxS, None, deterministic=deterministic, remat=remat)
+      layer = EncoderLayer(cfg, position_bias=position_bias, mesh=self.mesh, name=f"layer_{i}")
+      x_BxSxD = run_layer(self, layer, x_BxSxD, None, segment_ids_BxS, positions_BxS, None,
+                          deterministic=deterministic, remat=remat)
     return layer_norm("final_norm")(x_BxSxD) if cfg.norm == "pre" else x_BxSxD
 
 
@@ -147,6 +151,7 @@ class Decoder(nn.Module):
   """
   config: TransformerConfig
   embed: nn.Module
+  mesh: axes.Placement | None = None
 
   @nn.compact
   def __call__(self, targets_BxT, encoded_BxSxD=None, *, positions_BxT=None, segmentation_BxT=None,
@@ -162,21 +167,23 @@ class Decoder(nn.Module):
     position_bias = stack_position_bias(cfg, causal=True)
     remat = not decode and rematerialize(self, targets_BxT.shape[1], deterministic)
     for i in range(cfg.num_decoder_layers):
-      y_BxTxD = run_layer(self, DecoderLayer(cfg, position_bias=position_bias, name=f"layer_{i}"), y_BxTxD,
-                          encoded_BxSxD, segment_ids_BxT, positions_BxT, encoder_segment_ids_BxS,
-                          deterministic=deterministic, remat=remat, decode=decode)
+      layer = DecoderLayer(cfg, position_bias=position_bias, mesh=self.mesh, name=f"layer_{i}")
+      y_BxTxD = run_layer(self, layer, y_BxTxD, encoded_BxSxD, segment_ids_BxT, positions_BxT,
+                          encoder_segment_ids_BxS, deterministic=deterministic, remat=remat, decode=decode)
     if cfg.norm == "pre":
       y_BxTxD = layer_norm("final_norm")(y_BxTxD)
-    output_embed = self.embed if cfg.tie_output_embedding else Embed(cfg.vocab_size, cfg.d_model, cfg.dtype,
+    output_embed = self.embed if cfg.tie_output_embedding else Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype,
                                                                        name="output_embedding")
     if return_hidden:
-      return y_BxTxD.astype(cfg.dtype), output_embed.embedding
+      return y_BxTxD.astype(cfg.compute_dtype), output_embed.embedding
     return output_embed.attend(y_BxTxD).astype(jnp.float32)
 
 
 class Transformer(nn.Module):
-  """The encoder-decoder Transformer; `__call__` is teacher-forced, `encode`/`decode` serve decoding."""
+  """The encoder-decoder Transformer; `__call__` is teacher-forced, `encode`/`decode` serve decoding. `mesh`: the
+  `jformer.axes.Placement` the attention kernels run per device on (None: one device, or under pmap)."""
   config: TransformerConfig
+  mesh: axes.Placement | None = None
   is_encoder_decoder = True  # what callers ask instead of checking the class (`LanguageModel`: False).
 
   def call_arguments(self, batch: dict) -> tuple[tuple, dict]:
@@ -189,12 +196,12 @@ class Transformer(nn.Module):
   def setup(self):
     cfg = self.config
     if cfg.share_embeddings:
-      source_embed = target_embed = Embed(cfg.vocab_size, cfg.d_model, cfg.dtype, name="shared_embedding")
+      source_embed = target_embed = Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype, name="shared_embedding")
     else:
-      source_embed = Embed(cfg.vocab_size, cfg.d_model, cfg.dtype, name="source_embedding")
-      target_embed = Embed(cfg.vocab_size, cfg.d_model, cfg.dtype, name="target_embedding")
-    self.encoder = Encoder(cfg, source_embed)
-    self.decoder = Decoder(cfg, target_embed)
+      source_embed = Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype, name="source_embedding")
+      target_embed = Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype, name="target_embedding")
+    self.encoder = Encoder(cfg, source_embed, self.mesh)
+    self.decoder = Decoder(cfg, target_embed, self.mesh)
 
   def encode(self, inputs, *, inputs_positions=None, inputs_segmentation=None, deterministic=True):
     """`[B, S]` source ids -> encoder output `[B, S, D]`."""

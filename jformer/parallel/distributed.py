@@ -44,3 +44,9 @@ def initialize_distributed(coordinator_address: str = "", num_processes: int = 0
 def is_chief() -> bool:
   """True on process 0, the one that writes logs, summaries and results."""
   return jax.process_index() == 0
+
+
+def say(message: str):
+  """Prints on process 0 only (the console's progress lines, results and warnings a user should see)."""
+  if is_chief():
+    print(message, flush=True)

@@ -1,4 +1,5 @@
-"""The device mesh and the logical-axis -> mesh-axis rules (the only place shardings are decided)."""
+"""The device mesh over the axes ('data', 'fsdp', 'tensor'); the logical-axis rules that map onto it are in
+`jformer.axes` (the only place shardings are decided)."""
 
 from __future__ import annotations
 
@@ -9,23 +10,7 @@ import numpy as np
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh
 
-MESH_AXES = ("data", "fsdp", "tensor")
-
-# Logical names used by the modules' parameters and activations -> mesh axes.
-#   batch: data-parallel over data x fsdp.   embed: parameters sharded over fsdp (ZeRO-3 style).
-#   heads / mlp: Megatron-style tensor parallelism (attention heads, feed-forward hidden units).
-LOGICAL_AXIS_RULES = (
-    ("batch", ("data", "fsdp")),
-    ("embed", "fsdp"),
-    ("heads", "tensor"),
-    ("kv_heads", "tensor"),
-    ("mlp", "tensor"),
-    ("vocab", "tensor"),
-    ("head_dim", None),
-    ("positions", None),
-    ("buckets", None),
-    ("norm", None),
-)
+from jformer.axes import MESH_AXES
 
 
 def mesh_shape(parallel_config, num_devices: int | None = None) -> dict[str, int]:

@@ -33,10 +33,10 @@ cached decoding, packing, padding).
 import importlib
 import pkgutil
 
-from jformer.positional.registry import ACTS, PositionalEncoding, available, get, register
+from jformer.positional.registry import ACTS, REGISTRY, PositionalEncoding, available, get, register
 
 # Registration: importing each module of this package runs its `@register(...)` lines.
 for _module in pkgutil.iter_modules(__path__):
   importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["ACTS", "PositionalEncoding", "available", "get", "register"]
+__all__ = ["ACTS", "REGISTRY", "PositionalEncoding", "available", "get", "register"]

@@ -6,7 +6,7 @@ import dataclasses
 import inspect
 from typing import Any, Callable, Mapping
 
-from jformer.registry import Param, Registry, check_options, first_line, option_type
+from jformer.registry import Param, Registry, caller, check_options, first_line, option_type
 
 # How an encoding acts -> (its function's inputs, its keyword arguments besides its options); the function
 # signatures and shapes are documented in `jformer/positional/__init__.py`.
@@ -63,7 +63,25 @@ class PositionalEncoding:
       param.resolve({**dims, **resolved})
 
 
-REGISTRY: Registry[PositionalEncoding] = Registry("positional encoding")
+def _declare(name: str, fn: Callable, *, acts: str, params: Mapping[str, Param] | None = None,
+             check: Callable | None = None, example_options: Mapping[str, Any] | None = None,
+             doc: str = "") -> PositionalEncoding:
+  """The entry of an encoding registered with `register` (checks its declaration against its function)."""
+  if acts not in ACTS:
+    raise ValueError(f"positional encoding '{name}': acts='{acts}' is not one of {sorted(ACTS)}")
+  if acts == "none" and params:
+    raise ValueError(f"positional encoding '{name}' acts 'none' and so has nothing to learn; drop its params")
+  options, types = _options(name, acts, fn)
+  unknown = sorted(set(example_options or {}) - set(options))
+  if unknown:
+    raise ValueError(f"positional encoding '{name}': example_options {unknown} are not among its options "
+                     f"{sorted(options) or 'none'}")
+  return PositionalEncoding(name, acts, None if acts == "none" else fn, dict(params or {}), options, types,
+                            dict(example_options or {}), doc or first_line(fn.__doc__), check)
+
+
+REGISTRY: Registry[PositionalEncoding] = Registry("positional encoding", declare=_declare,
+                                                  details=lambda encoding: f"acts: {encoding.acts}")
 
 
 def register(name: str, *, acts: str, params: Mapping[str, Param] | None = None, check: Callable | None = None,
@@ -75,23 +93,8 @@ def register(name: str, *, acts: str, params: Mapping[str, Param] | None = None,
   "none" decorates a function without parameters, which is never called: its docstring is the doc.
   `params`: its learned parameters; `check(dims, options)`: raises ValueError naming what a config must change.
   """
-  if acts not in ACTS:
-    raise ValueError(f"positional encoding '{name}': acts='{acts}' is not one of {sorted(ACTS)}")
-  if acts == "none" and params:
-    raise ValueError(f"positional encoding '{name}' acts 'none' and so has nothing to learn; drop its params")
-
-  def wrap(fn):
-    options, types = _options(name, acts, fn)
-    unknown = sorted(set(example_options or {}) - set(options))
-    if unknown:
-      raise ValueError(f"positional encoding '{name}': example_options {unknown} are not among its options "
-                       f"{sorted(options) or 'none'}")
-    REGISTRY.add(name, PositionalEncoding(
-        name, acts, None if acts == "none" else fn, dict(params or {}), options, types, dict(example_options or {}),
-        doc or first_line(fn.__doc__), check))
-    return fn
-
-  return wrap
+  return REGISTRY.register(name, origin=caller(), acts=acts, params=params, check=check,
+                           example_options=example_options, doc=doc)
 
 
 def get(name: str) -> PositionalEncoding:

@@ -1,4 +1,4 @@
-"""`jformer evaluate`: scores a trained run on a split at a context length, by the run's task (`tasks.make_task`).
+"""`jformer evaluate`: scores a trained run on a split at a context length, by the run's task (`jformer.tasks`).
 
     jformer evaluate --workdir=runs/lm --split=test --config.data.max_length=1024
 
@@ -13,9 +13,8 @@ from __future__ import annotations
 import jax
 from etils import epath
 
-from jformer import checkpoint, data, models
+from jformer import checkpoint, data, tasks
 from jformer import config as config_lib
-from jformer.train import tasks
 from jformer.train.progress import write_json
 from jformer.train.step import make_eval_step
 
@@ -36,7 +35,7 @@ def evaluate_run(workdir: epath.PathLike, overrides: dict | None = None, *, spli
     raise ValueError(f"unknown split '{split}'; evaluate one of {SPLITS}")
   config = config_lib.load_run(workdir, overrides, may_change=config_lib.EVAL_KEYS)
   params = checkpoint.load_run_params(workdir, which)
-  model = models.build(config)
+  model = tasks.build_model(config)
   task = tasks.make_task(config, workdir, data.load_tokenizer(config, workdir))
   step = jax.jit(make_eval_step(model))
   results = task.score_split(model, params, lambda p, batch: jax.device_get(step(p, batch)), split)

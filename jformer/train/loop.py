@@ -1,6 +1,6 @@
 """`train_and_evaluate(config, workdir)`: init -> restore -> steps -> eval -> test -> checkpoint.
 
-What is evaluated and tested comes from the run's task (`jformer.train.tasks`: BLEU for translation, bits per byte
+What is evaluated and tested comes from the run's task (`jformer.tasks`: BLEU for translation, bits per byte
 for a language model).
 
 Workdir layout: config.json (the resolved config), vocab/ (SentencePiece), tfds/ (prepared data),
@@ -27,13 +27,13 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from jformer import checkpoint, data, models, paths
+from jformer import checkpoint, data, paths, tasks
 from jformer import config as config_lib
-from jformer.train import optim, tasks, workdir_lock
+from jformer.train import optim, workdir_lock
 from jformer.train.budget import Budget, stored_plan
 from jformer.train.preemption import Preempted, Preemption
 from jformer.train.progress import Progress, format_duration, say, write_json
-from jformer.train.runner import make_runner
+from jformer.train.runner import make_runner, placement
 from jformer.train.step import FINITE_CHECKS
 
 
@@ -80,7 +80,7 @@ def check_resume(config, workdir: epath.PathLike) -> None:
   path = epath.Path(workdir) / "config.json"
   if not path.exists():
     return
-  changed = config_lib.check_same_run(config_lib.load_run(workdir), config, f"{workdir} holds a run that",
+  changed = config_lib.check_same_run(config_lib.read_run(workdir), config, f"{workdir} holds a run that",
                                       f"change them back (see {path}) or train in a new --workdir")
   if changed:
     logging.warning("Resuming with changed config keys: %s (previous config in %s).",
@@ -123,7 +123,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
   say(datasets.describe(config.data.max_length))
   preemption.check("while reading the data")
 
-  model = models.build(config)
+  model = tasks.build_model(config, mesh=placement(config.parallel))  # the one build of the run's model.
   example = {k: jnp.zeros((1, config.data.max_length), jnp.int32) for k in ("inputs", "targets")}
 
   def runner_for(total_steps):  # its learning rate cools down over the last steps of total_steps (None: unknown).
@@ -134,7 +134,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
   runner = runner_for(schedule_steps)
   state = runner.init_state(jax.random.PRNGKey(config.train.seed))
   num_params = sum(x.size for x in jax.tree.leaves(runner.checkpoint_view(state).params))
-  say(f"model: {num_params / 1e6:.2f}M parameters, {jnp.dtype(model.config.dtype).name} compute "
+  say(f"model: {num_params / 1e6:.2f}M parameters, {jnp.dtype(model.config.compute_dtype).name} compute "
       f"(model.dtype={config.model.dtype}); {runner.describe(state)}")
 
   checkpointer = checkpoint.Checkpointer(checkpoint.checkpoints_dir(workdir),

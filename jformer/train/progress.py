@@ -16,14 +16,9 @@ import jax
 from etils import epath
 
 from jformer import parallel, paths
+from jformer.parallel import say
 
 from jformer.train import step as step_lib
-
-
-def say(message: str):
-  """Prints on process 0 only."""
-  if parallel.is_chief():
-    print(message, flush=True)
 
 
 def format_duration(seconds: float) -> str:

@@ -19,12 +19,10 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding, PartitionSpec
 
-from jformer.attention import sharded
-from jformer.parallel.mesh import LOGICAL_AXIS_RULES, make_mesh
+from jformer import axes, parallel
+from jformer.axes import PMAP_AXIS
 from jformer.train.state import init_train_state
 from jformer.train.step import add_to_totals, make_eval_step, make_train_step, new_totals
-
-PMAP_AXIS = "batch"
 
 
 def _bytes_per_device(tree) -> int:
@@ -44,17 +42,6 @@ def _temp_bytes(lowered) -> int | None:
   except NotImplementedError:
     return None
   return None if analysis is None else int(analysis.temp_size_in_bytes)
-
-
-def _in_mesh(mesh, fn):
-  """`fn` traced with `mesh` and the logical-axis rules in context: the Pallas attention kernels then run on each
-  device's share of the batch and heads (`jformer.attention.sharded`) instead of on gathered operands."""
-
-  def traced(*args):
-    with sharded.use_mesh(mesh, LOGICAL_AXIS_RULES):
-      return fn(*args)
-
-  return traced
 
 
 class _MetricTotals:
@@ -79,25 +66,29 @@ class _MetricTotals:
 
 
 class MeshRunner(_MetricTotals):
-  """`jax.jit` over a ('data', 'fsdp', 'tensor') mesh; the state is created already sharded."""
-  mode = "mesh"
+  """`jax.jit` over a ('data', 'fsdp', 'tensor') mesh; the state is created already sharded. The model holds the
+  same mesh (`model.mesh`, a `jformer.axes.Placement`), which its attention kernels run per device on."""
+  mode = parallel.MESH
 
-  def __init__(self, model, tx, schedule, parallel_config, *, label_smoothing: float, grad_accumulation_steps: int,
+  def __init__(self, model, tx, schedule, *, label_smoothing: float, grad_accumulation_steps: int,
                example_batch: dict, allowed_skips: int = 0):
-    self.mesh = make_mesh(parallel_config)
+    if model.mesh is None:
+      raise ValueError("the mesh runner runs a model built with its mesh (tasks.build_model(config, "
+                       "mesh=runner.placement(config.parallel)), or use make_runner")
+    self.mesh = model.mesh.mesh
     self.model, self.tx = model, tx
     boxed = jax.eval_shape(lambda rng: init_train_state(model, tx, rng, example_batch, boxed=True),
                            jax.random.PRNGKey(0))
-    self.state_sharding = nn.logical_to_mesh_sharding(nn.get_partition_spec(boxed), self.mesh, LOGICAL_AXIS_RULES)
+    self.state_sharding = nn.logical_to_mesh_sharding(nn.get_partition_spec(boxed), self.mesh, axes.RULES)
     self._init = jax.jit(lambda rng: init_train_state(model, tx, rng, example_batch),
                          out_shardings=self.state_sharding)
-    self.batch_sharding = nn.logical_to_mesh_sharding(PartitionSpec("batch"), self.mesh, LOGICAL_AXIS_RULES)
-    self._batch_parallelism = self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+    self.batch_sharding = nn.logical_to_mesh_sharding(PartitionSpec(axes.BATCH), self.mesh, axes.RULES)
+    self._batch_parallelism = self.mesh.shape[axes.DATA] * self.mesh.shape[axes.FSDP]
     step = make_train_step(model, tx, schedule, label_smoothing=label_smoothing,
                            grad_accumulation_steps=grad_accumulation_steps)
-    self._train_step = jax.jit(_in_mesh(self.mesh, step), in_shardings=(self.state_sharding, self.batch_sharding),
+    self._train_step = jax.jit(step, in_shardings=(self.state_sharding, self.batch_sharding),
                                out_shardings=(self.state_sharding, None), donate_argnums=0)
-    self._eval_step = jax.jit(_in_mesh(self.mesh, make_eval_step(model)),
+    self._eval_step = jax.jit(make_eval_step(model),
                               in_shardings=(self.state_sharding.params, self.batch_sharding))
     self._build_totals(allowed_skips, NamedSharding(self.mesh, PartitionSpec()))
 
@@ -150,11 +141,12 @@ class MeshRunner(_MetricTotals):
 
 class PmapRunner(_MetricTotals):
   """Classic data parallelism: `jax.pmap` of the same step, gradients summed over the 'batch' axis."""
-  mode = "pmap"
+  mode = parallel.PMAP
 
-  def __init__(self, model, tx, schedule, parallel_config, *, label_smoothing: float, grad_accumulation_steps: int,
+  def __init__(self, model, tx, schedule, *, label_smoothing: float, grad_accumulation_steps: int,
                example_batch: dict, allowed_skips: int = 0):
-    del parallel_config  # pmap uses every local device.
+    if model.mesh is not None:
+      raise ValueError("the pmap runner runs the whole step on each device: build its model without a mesh")
     self.devices = jax.local_devices()
     self._init = jax.jit(lambda rng: init_train_state(model, tx, rng, example_batch))
     step = make_train_step(model, tx, schedule, label_smoothing=label_smoothing,
@@ -223,13 +215,26 @@ def _first_replica(tree):
   return jax.tree.map(first, tree)
 
 
-RUNNERS = {"mesh": MeshRunner, "pmap": PmapRunner}
+RUNNERS = {runner.mode: runner for runner in (MeshRunner, PmapRunner)}
+
+
+def placement(parallel_config) -> axes.Placement | None:
+  """The mesh the model is built with (`tasks.build_model(config, mesh=...)`): `parallel.mode='mesh'`'s, over the
+  configured axes; None under pmap (each device runs the whole step on its own rows)."""
+  if parallel_config.mode != parallel.MESH:
+    return None
+  return axes.Placement(parallel.make_mesh(parallel_config))
 
 
 def make_runner(config, model, tx, schedule, example_batch: dict):
-  """The runner `config.parallel.mode` names, built for `model` and the optimizer."""
-  if config.parallel.mode not in RUNNERS:
-    raise ValueError(f"parallel.mode='{config.parallel.mode}' is unknown; known: {sorted(RUNNERS)}")
-  return RUNNERS[config.parallel.mode](model, tx, schedule, config.parallel, label_smoothing=config.train.label_smoothing,
+  """The runner `config.parallel.mode` names, for `model` and the optimizer. The model runs on the mesh it was built
+  with (`tasks.build_model(config, mesh=placement(config.parallel))`, as the train loop builds it); one built
+  without (a test's, a benchmark's) is given `placement(config.parallel)` here."""
+  wanted = placement(config.parallel) if model.mesh is None else model.mesh
+  if config.parallel.mode != parallel.MESH:
+    wanted = None
+  if wanted is not model.mesh:
+    model = model.clone(mesh=wanted)
+  return RUNNERS[config.parallel.mode](model, tx, schedule, label_smoothing=config.train.label_smoothing,
                                        grad_accumulation_steps=config.train.grad_accumulation_steps,
                                        example_batch=example_batch, allowed_skips=config.train.skip_nonfinite_updates)

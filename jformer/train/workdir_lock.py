@@ -1,9 +1,8 @@
 """One `jformer train` job per workdir: `hold(workdir)` refuses a second job naming the one that holds it.
 
-A local workdir gets an exclusive, non-blocking `fcntl.flock` on `<workdir>/.jformer_train.lock`, held while the
-run trains. The operating system releases it when the process ends in any way (exit, traceback, kill -9), so a
-crashed run never leaves the workdir locked: the file stays behind and only says who held it last. flock also
-holds between hosts on NFS (Linux emulates it with fcntl locks there). Only process 0 of a job takes the lock:
+A local workdir gets an exclusive lock on `<workdir>/.jformer_train.lock` (`paths.file_lock`, not waiting), held
+while the run trains. The operating system releases it when the process ends in any way, so a crashed run never
+leaves the workdir locked: the file stays behind and only says who held it last. Only process 0 of a job takes the lock:
 all processes of one multi-process job share the workdir; the other processes of a refused job stop when its
 process 0 exits. A workdir given as a URL (gs://...) is not protected (object stores have no such lock).
 """
@@ -11,7 +10,6 @@ process 0 exits. A workdir given as a URL (gs://...) is not protected (object st
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import socket
 import time
@@ -39,14 +37,14 @@ def hold(workdir: epath.PathLike) -> Iterator[None]:
     yield
     return
   path = os.path.join(workdir, LOCK_FILE)
-  with open(path, "a+", encoding="utf-8") as lock:  # closing it (or the process ending) releases the lock.
+  with contextlib.ExitStack() as stack:
     try:
-      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      lock = stack.enter_context(paths.file_lock(path, wait=False))
     except BlockingIOError:
-      lock.seek(0)
-      holder = lock.read().strip() or "a process that has not yet written its name"
-      raise WorkdirInUseError(f"{workdir} is in use by another `jformer train` ({holder}; lock {path}); wait for it "
-                              "to finish or stop it, or train in another --workdir") from None
+      with open(path, encoding="utf-8") as f:
+        holder = f.read().strip() or "a process that has not yet written its name"
+      raise WorkdirInUseError(f"{workdir} is in use by another `jformer train` ({holder}; lock {path}); wait for "
+                              "it to finish or stop it, or train in another --workdir") from None
     lock.truncate(0)
     lock.write(f"pid {os.getpid()} on {socket.gethostname()} since "
                f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}\n")

@@ -1,0 +1,70 @@
+"""Experiment configs: `configs/*.py` files with `get_config()`, dotted overrides, validation, a run's identity.
+
+    config = load("configs/demo.py", {"train.steps": "100"})   # read, override, import plug-ins, validate, lock
+    config = load_run(workdir)                                # the config a trained run wrote, validated
+
+Every field is declared once (`schema`: default, meaning, allowed values, identity; the model section is
+`jformer.models.TransformerConfig`). Configs are locked ConfigDicts: an unknown key, set by a config file or an
+override, is an error that names the nearest known key, and invalid values or combinations fail here, before
+anything runs. Config files compose as plain Python: one that builds on another calls `read` on it and sets what
+differs.
+
+Why not `ml_collections.config_flags`: jformer's command line has sub-commands (argparse), config_flags needs
+absl's global FLAGS; and an option group's keys (`model.attention_options.window_size`) are defined by the plug-in
+the config chooses, which config_flags refuses because the file's ConfigDict does not hold them.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any, Mapping
+
+import ml_collections
+from etils import epath
+
+from jformer.config.files import import_file, import_plugins, read
+from jformer.config.identity import (EVAL_KEYS, changed_keys, check_same_run, from_values, is_identity,
+                                     read_run)
+from jformer.config.overrides import flatten, set_value
+from jformer.config.schema import SECTIONS, base_config, declared
+from jformer.config.validation import validate
+
+
+def load(path: str | pathlib.Path, overrides: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
+  """Reads `path` (a file with `get_config()`, may end in `:ARG`), applies dotted `overrides`, imports the plug-ins
+  it names, validates, returns it locked.
+
+  Override values may be Python values or strings as typed on a command line (`"16"`, `"true"`, `"(1, 2)"`);
+  strings are converted to the field's type.
+  """
+  config = read(path)
+  for dotted_key, value in (overrides or {}).items():
+    set_value(config, dotted_key, value)
+  return _checked(config)
+
+
+def load_run(workdir: epath.PathLike, overrides: Mapping[str, Any] | None = None, *,
+             may_change: tuple[str, ...] = ()) -> ml_collections.ConfigDict:
+  """The config a training run wrote to `<workdir>/config.json` (`read_run`), with `overrides` applied, validated.
+
+  Overrides of the keys that define the run are refused, naming them (`check_same_run`), except those in
+  `may_change` (e.g. `EVAL_KEYS`).
+  """
+  run = read_run(workdir)
+  overrides = dict(overrides or {})
+  config = from_values({**flatten(run), **overrides})
+  check_same_run(from_values({**flatten(run), **{k: v for k, v in overrides.items() if k in may_change}}), config,
+                 f"the run in {workdir}", "drop those --config overrides")
+  return _checked(config)
+
+
+def _checked(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  import_plugins(config.imports)
+  validate(config)
+  config.lock()
+  return config
+
+
+__all__ = ["EVAL_KEYS", "SECTIONS", "base_config", "changed_keys", "check_same_run", "declared", "flatten",
+           "from_values", "import_file", "import_plugins", "is_identity", "load", "load_run", "read", "read_run",
+           "set_value", "validate"]

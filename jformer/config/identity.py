@@ -1,0 +1,87 @@
+"""A trained run's identity: the config it wrote (`<workdir>/config.json`), which keys a later command may change,
+and the migration of fields written by older versions.
+
+The keys that define a run are the fields declared with `identity=True` (its parameters were made for the model,
+its vocabulary for the tokenizer settings, its checkpoints hold a position in the data); every other key (steps,
+intervals, optimizer, eval, decode, parallel, logging, dropout, dtype, remat) may change on resume.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+import ml_collections
+from etils import epath
+
+from jformer import positional
+from jformer.config.overrides import flatten, set_value
+from jformer.config.schema import base_config, declared
+
+# Run keys an evaluation of a trained run may change (`jformer evaluate --config.data.max_length=N`): the context
+# length it scores; the parameters work at any length their positional tables cover (model.max_length).
+EVAL_KEYS = ("data.max_length",)
+
+# Fields of runs written before `model.positional_options` -> the option of the 'relative' encoding they set.
+RELATIVE_FIELDS = {"model.relative_num_buckets": "num_buckets", "model.relative_max_distance": "max_distance"}
+
+
+def is_identity(dotted_key: str) -> bool:
+  """Whether `dotted_key` (a field, or a key inside an option group) is part of the run's identity."""
+  for key, field in declared():
+    if field.spec.identity and (dotted_key == key or dotted_key.startswith(f"{key}.")):
+      return True
+  return False
+
+
+def changed_keys(old: ml_collections.ConfigDict, new: ml_collections.ConfigDict) -> dict[str, tuple[Any, Any]]:
+  """`{dotted_key: (old value, new value)}` of the leaves that differ, compared as written to config.json (JSON)."""
+  old, new = (flatten(json.loads(c.to_json_best_effort())) for c in (old, new))
+  return {key: (old.get(key), new.get(key)) for key in sorted(old.keys() | new.keys()) if old.get(key) != new.get(key)}
+
+
+def check_same_run(run: ml_collections.ConfigDict, config: ml_collections.ConfigDict, where: str, fix: str) -> dict:
+  """Refuses `config` for the trained `run` if a key that defines the run differs; returns the other differing keys
+  (`changed_keys`), which may change.
+
+  Raises:
+    ValueError: naming every differing run key with both values, where the run is, and `fix`.
+  """
+  changed = changed_keys(run, config)
+  defining = [key for key in changed if is_identity(key)]
+  if defining:
+    differ = "; ".join(f"{key}={changed[key][1]!r} (the run has {changed[key][0]!r})" for key in defining)
+    raise ValueError(f"{where} was trained with other values of keys that define its parameters, vocabulary or "
+                     f"data: {differ}; {fix}")
+  return changed
+
+
+def read_run(workdir: epath.PathLike) -> ml_collections.ConfigDict:
+  """The config a training run wrote to `<workdir>/config.json` (local or gs://...), read over `base_config()` so
+  that runs written before a field existed get its default and fields that have moved are read where they are now;
+  not validated (what a resume compares against)."""
+  path = epath.Path(workdir) / "config.json"
+  if not path.is_file():
+    raise FileNotFoundError(f"{path} does not exist: is '{workdir}' the --workdir of a `jformer train` run?")
+  return from_values(_moved_fields(flatten(json.loads(path.read_text()))))
+
+
+def from_values(values: Mapping[str, Any]) -> ml_collections.ConfigDict:
+  """`base_config()` with `{dotted_key: value}` set."""
+  config = base_config()
+  for dotted_key, value in values.items():
+    set_value(config, dotted_key, value)
+  return config
+
+
+def _moved_fields(values: dict[str, Any]) -> dict[str, Any]:
+  """`values` (dotted keys) with the fields of older runs where they live now: a run with model.positional =
+  'relative' keeps its bucket settings as `model.positional_options` (those not at their default, so that the
+  model config compares equal on resume); other runs never read them."""
+  defaults = positional.get("relative").options
+  values = dict(values)
+  for key, option in RELATIVE_FIELDS.items():
+    value = values.pop(key, defaults[option])
+    if values.get("model.positional") == "relative" and value != defaults[option]:
+      values[f"model.positional_options.{option}"] = value
+  return values

@@ -1,0 +1,65 @@
+"""Validation of a whole config: every value against its declaration (`jformer.schema.check_value`), the model
+section by the model's config, then the rules that tie fields of several sections together."""
+
+from __future__ import annotations
+
+import ml_collections
+
+from jformer import tasks
+from jformer.config.schema import declared
+from jformer.models.config import TransformerConfig
+from jformer.schema import check_value
+
+
+def validate(config: ml_collections.ConfigDict) -> TransformerConfig:
+  """Fails with one ValueError naming every problem (values, combinations that cannot run); returns the model's
+  frozen config, its registry names resolved."""
+  problems = []
+  for key, field in declared():
+    if not field.spec.group:
+      section, _, name = key.rpartition(".")
+      value = config[section][name] if section else config[name]
+      reason = check_value(key, field, value)
+      if reason:
+        problems.append(reason)
+  if problems:  # the checks below read these values.
+    raise ValueError("invalid config: " + "; ".join(problems))
+  model = TransformerConfig.from_config(config.model)
+  problems = _combinations(config)
+  if problems:
+    raise ValueError("invalid config: " + "; ".join(problems))
+  return model
+
+
+def _combinations(config: ml_collections.ConfigDict) -> list[str]:
+  """The rules that tie fields of several sections together, each a sentence naming the keys and the fix."""
+  problems = []
+  data, train, model = config.data, config.train, config.model
+  task = tasks.get(model.architecture)
+  if data.batch_tokens and data.packing:
+    problems.append(f"data.batch_tokens={data.batch_tokens} and data.packing=True both decide how training rows are "
+                    "filled; set data.packing=False to batch by token budget, or data.batch_tokens=0 to pack")
+  if data.batch_tokens and not task.pairs:
+    problems.append(f"data.batch_tokens={data.batch_tokens} is for translation pairs; model.architecture="
+                    f"'{model.architecture}' rows are always full (data.batch_size x data.max_length tokens), so set "
+                    "data.batch_tokens=0")
+  if data.max_length > model.max_length:
+    problems.append(f"data.max_length={data.max_length} exceeds model.max_length={model.max_length}")
+  bad_lengths = [length for length in train.eval_lengths
+                 if not isinstance(length, int) or not 2 <= length <= model.max_length]
+  if bad_lengths:
+    problems.append(f"train.eval_lengths={tuple(train.eval_lengths)}: {bad_lengths} not whole numbers from 2 "
+                    f"to model.max_length={model.max_length}; give e.g. train.eval_lengths=(256, 512)")
+  if data.batch_size % train.grad_accumulation_steps:
+    problems.append(f"data.batch_size={data.batch_size} is not divisible by "
+                    f"train.grad_accumulation_steps={train.grad_accumulation_steps}")
+  if train.average_checkpoints > train.keep_checkpoints:
+    problems.append(f"train.average_checkpoints={train.average_checkpoints} needs train.keep_checkpoints "
+                    f">= it (now {train.keep_checkpoints})")
+  if config.optimizer.cooldown_fraction > 0.5:
+    problems.append(f"optimizer.cooldown_fraction={config.optimizer.cooldown_fraction} is not in [0, 0.5]: the "
+                    "cool-down must start after a time budget's planning steps (0 = off)")
+  if train.budget_minutes and train.bleu_every:
+    problems.append(f"train.bleu_every={train.bleu_every} decodes during training, which a time budget cannot "
+                    f"plan for (train.budget_minutes={train.budget_minutes:g}); set train.bleu_every=0")
+  return problems

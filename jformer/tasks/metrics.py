@@ -1,0 +1,37 @@
+"""What every task's evaluation shares: this host's share of a batch, eval-step sums, token-level metrics."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+
+
+def per_host(total: int, what: str) -> int:
+  """`total` rows (all hosts) -> rows of this host; refuses a total the hosts do not divide."""
+  hosts = jax.process_count()
+  if total % hosts:
+    raise ValueError(f"{what}={total} is not divisible by the {hosts} hosts")
+  return total // hosts
+
+
+def eval_sums(eval_step, params, batches) -> dict:
+  """{nll_sum, correct, tokens}: the eval step's sums over finite `batches` (no label smoothing), as floats."""
+  totals = {"nll_sum": 0.0, "correct": 0.0, "tokens": 0.0}
+  for batch in batches:
+    sums = eval_step(params, batch)
+    for key in totals:
+      totals[key] += float(sums[key])
+  return totals
+
+
+def token_metrics(totals: dict) -> dict:
+  """Token-level NLL (`loss`, nats per token), accuracy and perplexity from `eval_sums`."""
+  tokens = max(totals["tokens"], 1.0)
+  loss = totals["nll_sum"] / tokens
+  return {"loss": loss, "accuracy": totals["correct"] / tokens, "perplexity": math.exp(min(loss, 50.0))}
+
+
+def bits_per_byte(nll_sum: float, num_bytes: int) -> float:
+  """Bits per UTF-8 byte of a split from the sum of its token NLLs in nats: nll_sum / ln 2 / bytes."""
+  return nll_sum / math.log(2) / num_bytes
