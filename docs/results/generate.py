@@ -146,6 +146,9 @@ def train_step_section(path: str, data: dict) -> str:
         disturbed(r["step_ms"])] for r in rows], "lllrrrrrrrrrr")
   peak = (f"float32 peak at the start of the run: {fixed(data['peak_gflop_per_s'], 1)} GFLOP/s (median of "
           f"{data['peak']['reps']}); each row's peak is the one timed between its own steps.")
+  if any("dtype" not in r for r in rows):
+    peak += (" Rows without a dtype come from a run that predates `--dtypes`: it measured the model's default, "
+             "float32.")
   skipped = "\n".join(f"- skipped {s['shape']} `{s['attention']}`: {s['skipped']}" for s in data.get("skipped", []))
   return paragraphs(provenance(path, data), peak, body, skipped)
 
@@ -172,10 +175,7 @@ parameters and Adam state float32 in every dtype (`model.dtype` is the compute d
 
 CAPTIONS = {
     "train_step.json": "The default attention (`auto`), float32 and bfloat16.",
-    "train_step_similarity.json": (
-        "The similarity-function variants at TINY (the paper's Sec. 3.2.1 comparison; the demo's shape): this run "
-        "predates `--dtypes`, so its rows name no dtype; it measured the model's default, float32."),
-    "input_pipeline.json": "The demo config as it was then: batches of 64 rows of 64 tokens.",
+    "train_step_similarity.json": "The similarity-function variants at TINY (the paper's Sec. 3.2.1 comparison).",
     "attention_similarity.json": "The similarity functions on the chunked engine against `chunked` and the dense "
                                  "reference, at 2048 tokens.",
 }
@@ -247,7 +247,7 @@ def input_pipeline_section(path: str, data: dict) -> str:
 
 INPUT_PIPELINE_INTRO = """\
 `benchmarks/input_pipeline.py`: the stages of `jformer.data` as `jformer train --config=configs/demo.py` runs
-them, on the bundled corpus. tokenize = `tokenize_pairs` over the whole training split (SentencePiece, both sides,
+them, on the bundled corpus, with the demo config of the file's commit (it changes over time). tokenize = `tokenize_pairs` over the whole training split (SentencePiece, both sides,
 length filter); pack + batch = `train_dataset` (shuffle, first-fit packing into rows, batches of
 `data.batch_size` rows), timed over a number of batches from a fresh iterator; pipeline = both, per batch; the
 demo train step (the demo's model and batch, jitted, donated) on those batches. Real tokens = non-padding tokens;
