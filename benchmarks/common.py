@@ -14,11 +14,16 @@ import dataclasses
 import datetime
 import json
 import os
+import pathlib
 import platform
+import shlex
 import statistics
+import subprocess
+import sys
 import time
 from typing import Callable
 
+REPO = pathlib.Path(__file__).resolve().parents[1]
 DISTURBED_ABOVE = 0.10
 MIN_REPS = 5
 PEAK_SIZE = 2048
@@ -204,8 +209,37 @@ def xla_flops(compiled) -> float | None:
 SIMD_FLAGS = ("avx", "fma", "f16c", "amx", "sse4")
 
 
+def git_commit(repo: str | os.PathLike = REPO) -> str:
+  """`git rev-parse --short HEAD` of `repo`, with "-dirty" when tracked files have uncommitted changes (besides
+  benchmarks/results/, where the benchmarks write: a second benchmark run after a first is still the commit's
+  code); "unknown" outside git (or without git)."""
+  def git(*args):
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=60)
+
+  try:
+    head = git("rev-parse", "--short", "HEAD")
+    if head.returncode != 0 or not head.stdout.strip():
+      return "unknown"
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results")
+  except (OSError, subprocess.SubprocessError):
+    return "unknown"
+  return head.stdout.strip() + ("-dirty" if status.returncode != 0 or status.stdout.strip() else "")
+
+
+def command_line(argv: list[str] | None = None) -> str:
+  """The script (relative to the repository when inside it) and its arguments, shell-quoted:
+  'benchmarks/train_step.py --variants=auto'."""
+  argv = list(sys.argv if argv is None else argv)
+  if argv:
+    script = pathlib.Path(argv[0]).resolve()
+    if script.is_relative_to(REPO):
+      argv[0] = script.relative_to(REPO).as_posix()
+  return shlex.join(argv)
+
+
 def machine() -> dict:
-  """The machine and software the figures come from (`cpu_flags`: its SIMD_FLAGS, '' off Linux)."""
+  """The machine and software the figures come from (`cpu_flags`: its SIMD_FLAGS, '' off Linux), when, and from
+  what: `commit` (`git_commit`) and `command` (`command_line`)."""
   import flax
   import jax
   import jaxlib
@@ -223,7 +257,8 @@ def machine() -> dict:
           "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
           "backend": jax.default_backend(), "device": jax.devices()[0].device_kind, "jax": jax.__version__,
           "jaxlib": jaxlib.__version__, "flax": flax.__version__, "python": platform.python_version(),
-          "date": datetime.datetime.now().isoformat(timespec="seconds")}
+          "date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git_commit(),
+          "command": command_line()}
 
 
 def announce() -> dict:

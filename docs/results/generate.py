@@ -1,0 +1,524 @@
+"""Regenerates every page under docs/results/ from the JSON in the repository.
+
+    python docs/results/generate.py            # (re)write the pages
+    python docs/results/generate.py --check    # write nothing; exit 1 naming the stale pages
+    python docs/results/generate.py --out=DIR  # write the pages into DIR instead (tests/test_results_pages.py)
+
+Sources: `benchmarks/results/*.json`, one page per benchmark kind (the file's `benchmark` key; several files of a
+kind share its page, in file-name order), and `docs/results/support.json` (support.md). `README.md` here is the
+index. Every table says where it was measured: the date, commit, machine, software and command of its file's
+`machine` block. The output depends on the JSON alone (files in sorted order, fixed number formats), so `--check`
+is stable. Standard library only: no JAX needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import sys
+from typing import Callable
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+RESULTS = "benchmarks/results"
+PAGES_DIR = "docs/results"
+SUPPORT = f"{PAGES_DIR}/support.json"
+COMMAND = "python docs/results/generate.py"
+# The statuses a support-matrix cell may have, and what each means (the legend of support.md).
+STATUSES = {
+    "tested in CI": "a test under `tests/` runs it in CI (`.ci/run`: a fresh clone on 2 CPU cores, no GPU, the "
+                    "default suite then the slow tests); the cell names the test file",
+    "measured once by hand": "run once by hand with a benchmark script on that hardware, its result kept in the "
+                             "named JSON; not part of any automatic check",
+    "untested": "nothing in this repository shows it running there",
+}
+PLATFORMS = ("CPU", "GPU", "TPU")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Formatting.
+
+def fixed(x, digits: int) -> str:
+  """`x` with `digits` decimals and thousands separators; '-' for None."""
+  return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def percent(x) -> str:
+  return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def timing(t: dict | None, digits: int) -> str:
+  """A `common.Timing.summary()`: 'median (min-max)'."""
+  if t is None:
+    return "-"
+  return f"{t['median']:.{digits}f} ({t['min']:.{digits}f}-{t['max']:.{digits}f})"
+
+
+def disturbed(t: dict | None) -> str:
+  """'disturbed/reps' of a timing summary."""
+  return "-" if t is None else f"{t['disturbed']}/{t['reps']}"
+
+
+def count(x) -> str:
+  """An integer with thousands separators; strings (older files stored them formatted) as they are."""
+  if x is None:
+    return "-"
+  return x if isinstance(x, str) else f"{x:,}"
+
+
+def cell(x) -> str:
+  return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def table(headers: list[str], rows: list[list], numeric: str = "") -> str:
+  """A Markdown table; columns whose letter in `numeric` is 'r' are right-aligned (e.g. 'lllrrr')."""
+  align = ["---:" if numeric[i:i + 1] == "r" else "---" for i in range(len(headers))]
+  lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(align) + "|"]
+  lines += ["| " + " | ".join(cell(x) for x in row) + " |" for row in rows]
+  return "\n".join(lines)
+
+
+def paragraphs(*texts: str) -> str:
+  return "\n\n".join(t.strip("\n") for t in texts if t)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Where a table was measured.
+
+def machine_line(m: dict) -> str:
+  flags = m.get("cpu_flags") or "not recorded"
+  host = f"{m['cpu']}, {m['cpus']} CPU cores, flags: {flags}"
+  if m.get("backend", "cpu") == "cpu":
+    return f"{host} (JAX backend cpu)"
+  return f"{m['device']} (JAX backend {m['backend']}); host {host}"
+
+
+def commit_line(m: dict) -> str:
+  commit = m.get("commit", "not recorded")
+  if m.get("commit_is") == "recorded":
+    return (f"recorded at `{commit}` (the commit that recorded this file; the commit the run measured was not "
+            "recorded)")
+  return f"measured at `{commit}`" + (" (uncommitted changes in the tree)" if commit.endswith("-dirty") else "")
+
+
+def provenance(path: str, data: dict) -> str:
+  """The 'where, when, what' list above each table."""
+  m = data["machine"]
+  software = f"jax {m['jax']}, jaxlib {m['jaxlib']}, flax {m['flax']}, Python {m['python']}"
+  lines = [f"- data: [`{path}`](../../{path})",
+           f"- date: {m['date']}",
+           f"- commit: {commit_line(m)}",
+           f"- machine: {machine_line(m)}",
+           f"- software: {software}",
+           f"- command: `python {m.get('command', 'not recorded')}`"]
+  if m.get("added_by_hand"):
+    lines.append(f"- provenance: {m['added_by_hand']}")
+  return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pages. Each renders one JSON file of its kind into a section; the fixed text says what the columns mean.
+
+TIMING_RULES = """\
+Timing rules of every benchmark (`benchmarks/common.py`): compile and warm up first, wait with
+`jax.block_until_ready`, at least 5 timed repetitions (unless a table says otherwise), reported as median (min-max).
+For each repetition the share of all CPU time that *other* processes used is read from /proc/stat; a repetition
+above 10% counts as disturbed (`disturbed reps` = disturbed / timed)."""
+
+
+def train_step_section(path: str, data: dict) -> str:
+  rows = data["rows"]
+  float32 = {(r["shape"], r["attention"]): r for r in rows if r.get("dtype") == "float32"}
+
+  def speedup(r):
+    base = float32.get((r["shape"], r["attention"]))
+    if r.get("dtype") in (None, "float32") or base is None:
+      return "-"
+    return f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}x"
+
+  body = table(
+      ["shape", "dtype", "attention", "step ms median (min-max)", "tokens/s", "x f32 tokens/s", "model GFLOP",
+       "XLA GFLOP", "model GFLOP/s", "peak GFLOP/s (row's dtype)", "CPU MFU", "of the f32 peak", "disturbed reps"],
+      [[r["shape"], r.get("dtype", "-"), r["attention"], timing(r["step_ms"], 1), count(r["tokens_per_s"]),
+        speedup(r), fixed(r["model_gflop"], 1), fixed(r["xla_gflop"], 1), fixed(r["model_gflop_per_s"], 1),
+        fixed(r["peak_gflop_per_s"], 1), percent(r["mfu"]), percent(r.get("mfu_of_float32_peak")),
+        disturbed(r["step_ms"])] for r in rows], "lllrrrrrrrrrr")
+  peak = (f"float32 peak at the start of the run: {fixed(data['peak_gflop_per_s'], 1)} GFLOP/s (median of "
+          f"{data['peak']['reps']}); each row's peak is the one timed between its own steps.")
+  if any("dtype" not in r for r in rows):
+    peak += (" Rows without a dtype come from a run that predates `--dtypes`: it measured the model's default, "
+             "float32.")
+  skipped = "\n".join(f"- skipped {s['shape']} `{s['attention']}`: {s['skipped']}" for s in data.get("skipped", []))
+  return paragraphs(provenance(path, data), peak, body, skipped)
+
+
+TRAIN_STEP_INTRO = """\
+`benchmarks/train_step.py` times the jitted, donated train step of each shape, dtype and attention variant:
+paper Adam, label smoothing 0.1, dropout 0.1, embeddings shared by source and target and tied to the output;
+parameters and Adam state float32 in every dtype (`model.dtype` is the compute dtype).
+
+- TINY = vocab 8192, d_model 256, 4 heads, d_ff 1024, 3+3 layers, batch 32 x (64, 64) tokens; BASE = the paper's
+  base model with vocab 32768, batch 8 x (128, 128) (`TINY`, `BASE` in `benchmarks/common.py`). Random token ids,
+  no padding.
+- tokens = source + target tokens of a batch; tokens/s = tokens / median step time; x f32 tokens/s = this row's
+  tokens/s over the float32 row of the same shape and attention.
+- model GFLOP: matrix products only, 2 FLOPs per multiply-add, full attention counted, a train step = 3 x the
+  forward pass (`common.Shape.forward_flops` has the formula). XLA GFLOP: `compiled.cost_analysis()`, which
+  counts a loop body once, so it misses all but one chunk of the chunked output projection and loss.
+- peak: median FLOP/s of a jitted 2048x2048 @ 2048x2048 matmul in the row's dtype (bfloat16 operands with a
+  float32 result, XLA:CPU's fast path) in the same process, timed alternately with the row's steps (the machine's
+  speed drifts from minute to minute). CPU MFU = model FLOP/s / that peak. of the f32 peak = model FLOP/s / the
+  float32 peak measured at the start of the run (above 100% where bfloat16 beats the float32 peak).
+- `auto (x)`: the kernel `auto` picked for the encoder's self-attention at that shape.
+"""
+
+CAPTIONS = {
+    "train_step.json": "The default attention (`auto`), float32 and bfloat16.",
+    "train_step_similarity.json": "The similarity-function variants at TINY (the paper's Sec. 3.2.1 comparison).",
+    "attention_similarity.json": "The similarity functions on the chunked engine against `chunked` and the dense "
+                                 "reference, at 2048 tokens.",
+}
+
+
+def decode_section(path: str, data: dict) -> str:
+  shape = (f"{data['shape']} model, batch {data['batch']}, source length {data['source_length']}, {data['steps']} "
+           "decode steps.")
+  body = table(["dtype", "method", "ms per call median (min-max)", "output tokens", "output tokens/s",
+                "ms per step", "disturbed reps"],
+               [[r["dtype"], r["method"], timing(r["decode_ms"], 1), count(r["output_tokens"]),
+                 count(r["tokens_per_s"]), fixed(r["ms_per_step"], 2), disturbed(r["decode_ms"])]
+                for r in data["rows"]], "llrrrrr")
+  return paragraphs(provenance(path, data), shape, body)
+
+
+DECODE_INTRO = """\
+`benchmarks/decode.py`: beam search (beam 4, length penalty alpha 0.6) and greedy search with the KV cache,
+jformer's own decoders (the calls `translate_ids` makes), one jitted function per method (encoder, cache and
+search loop). Random weights and random source ids; EOS is unreachable (its logit is -1e9 at every step, the
+decoders force it as the last token), so every row and beam runs every step. Output tokens = batch x steps;
+output tokens/s = output tokens / median ms per call; ms per step = ms per call / steps. Parameters float32,
+`model.dtype` as the row says.
+"""
+
+
+def memory_section(path: str, data: dict) -> str:
+  body = table(["attention", "L", "temp GiB", "arguments GiB", "outputs GiB", "compile s", "step s (run once)",
+                "loss", "max RSS GiB"],
+               [[r["attention"], r["length"], fixed(r["temp_gib"], 3), fixed(r["arguments_gib"], 3),
+                 fixed(r["outputs_gib"], 3), fixed(r["compile_s"], 1), fixed(r["step_s"], 1),
+                 fixed(r.get("loss"), 3), fixed(r.get("max_rss_gib"), 2)] for r in data["rows"]],
+               "lrrrrrrrr")
+  return paragraphs(provenance(path, data), f"Shape: {data['shape']}.", body)
+
+
+MEMORY_INTRO = """\
+`benchmarks/memory.py`: `compiled.memory_analysis()` of the jitted, donated BASE train step at batch 1 (dropout
+0.1, paper Adam, the default `model.remat="auto"`: layers rematerialized from 1024 tokens), source = target = L
+tokens, per attention variant. temp = XLA's temporary bytes (activations kept for the backward pass, gradients,
+scratch) besides the arguments (parameters and Adam moments) and the outputs (as much again). step s: the default
+attention's step at the script's `--run_lengths`, run once after a warm-up run, to show that it fits; loss and
+max RSS (the process's peak resident memory) come from that run; '-' where the step was only compiled.
+"""
+
+
+def input_pipeline_section(path: str, data: dict) -> str:
+  facts = (f"{data['training_pairs']:,} training pairs; a batch holds {data['examples_per_batch']:.1f} examples "
+           f"and {data['real_tokens_per_batch']:,} real tokens.")
+  if data.get("overrides"):
+    overrides = " ".join(f"--config.{key}={value}" for key, value in sorted(data["overrides"].items()))
+    facts += f" Config overrides: `{overrides}`."
+  body = table(["stage", "examples/s", "real tokens/s", "ms median (min-max)", "disturbed reps"],
+               [[r["stage"], count(r["examples_per_s"]), count(r["tokens_per_s"]), timing(r["timing_ms"], 1),
+                 disturbed(r["timing_ms"])] for r in data["rows"]], "lrrrr")
+  ratio = (f"The pipeline delivers {data['pipeline_over_consumption']:.1f}x the real tokens per second that the "
+           "demo train step consumes.")
+  wait = ""
+  if data.get("input_wait"):
+    steps = data.get("steps", "?")
+    wait = table(["prefetch (batches)", f"ms per step ({steps} steps, median)", "time waiting in next() (median)",
+                  "min-max", "disturbed reps"],
+                 [[p, fixed(w["step_ms"], 2), percent(w["waiting_fraction"]),
+                   f"{percent(w['waiting_fraction_min_max'][0])}-{percent(w['waiting_fraction_min_max'][1])}",
+                   str(w["disturbed"])]
+                  for p, w in sorted(data["input_wait"].items(), key=lambda kv: int(kv[0]))], "rrrrr")
+  return paragraphs(provenance(path, data), facts, body, ratio, wait)
+
+
+INPUT_PIPELINE_INTRO = """\
+`benchmarks/input_pipeline.py`: the stages of `jformer.data` as `jformer train --config=configs/demo.py` runs
+them, on the bundled corpus, with the demo config of the file's commit (it changes over time). tokenize = `tokenize_pairs` over the whole training split (SentencePiece, both sides,
+length filter); pack + batch = `train_dataset` (shuffle, first-fit packing into rows, batches of
+`data.batch_size` rows), timed over a number of batches from a fresh iterator; pipeline = both, per batch; the
+demo train step (the demo's model and batch, jitted, donated) on those batches. Real tokens = non-padding tokens;
+consumption = real tokens per batch / step time. Input wait (in files that have it): train steps as the training
+loop runs them, with and without batches prefetched in grain's background thread, and the share of the time
+spent blocked in `next()`.
+"""
+
+
+def attention_section(path: str, data: dict) -> str:
+  rows = data["rows"]
+  reference = {r["length"]: r for r in rows if r["variant"] == "dot_product"}
+
+  def ratio(r, key, digits):
+    ref = reference.get(r["length"])
+    if not ref or not ref.get(key) or not r.get(key) or r["status"] != "ok":
+      return "-"
+    return f"{r[key] / ref[key]:.{digits}f}"
+
+  def ms(r, key):
+    return "OOM (not run)" if r["status"] == "OOM" and key == "ms" else fixed(r.get(key), 2)
+
+  options = {k: v for k, v in sorted(data.get("options", {}).items()) if v}
+  facts = (f"Backend {data['backend']}, batch {data['batch']}, {data['heads']} heads, head_dim {data['head_dim']}, "
+           "causal self-attention, float32; options beyond each variant's defaults: "
+           + (json.dumps(options, sort_keys=True) if options else "none") + ".")
+  body = table(["variant", "length", "fwd+bwd ms (median)", "min ms", "x ref time", "temp MiB", "x ref memory",
+                "compile s"],
+               [[r["variant"], r["length"], ms(r, "ms"), ms(r, "min_ms"), ratio(r, "ms", 2),
+                 fixed(r["temp_mib"], 1), ratio(r, "temp_mib", 3), fixed(r["compile_s"], 2)] for r in rows],
+               "lrrrrrrr")
+  return paragraphs(provenance(path, data), facts, body)
+
+
+ATTENTION_INTRO = """\
+`benchmarks/attention.py`: each attention variant alone, per sequence length. One jitted step computes the loss
+sum(attention(q, k, v)) and its gradients wrt q, k, v and the variant's learned parameters, if it has any. Each
+variant runs with its defaults (and its `example_options` for a required option). temp MiB = the compiled step's
+temporary buffers (`memory_analysis().temp_size_in_bytes`), read before running; a step that would need more than
+`--max_temp_gib` is marked OOM and not run. fwd+bwd ms = median of the timed runs (`--reps`, 5 by default; the
+file does not record how many) after one warm-up run (compile excluded; the minimum is given too: on a shared
+machine it is the steadier figure). x ref = ratio to
+`dot_product`, the dense reference, at the same length.
+"""
+
+TOP_KINDS = 12
+
+
+def profile_section(path: str, data: dict) -> str:
+  parts = [provenance(path, data)]
+  for r in data["results"]:
+    kinds = sorted(r["op_ms"].items(), key=lambda kv: (-kv[1], kv[0]))
+    total = sum(ms for _, ms in kinds)
+    rest = kinds[TOP_KINDS:]
+    rows = [[f"`{kind}`", fixed(ms, 2), percent(ms / total)] for kind, ms in kinds[:TOP_KINDS]]
+    rows.append([f"the other {len(rest)} kinds", fixed(sum(ms for _, ms in rest), 2),
+                 percent(sum(ms for _, ms in rest) / total)])
+    parts.append(f"**{r['shape']} {r['dtype']}**: {fixed(r['step_ms_traced'], 1)} ms per traced step, "
+                 f"{fixed(total, 1)} ms of op time; the matmul kinds take {fixed(r['matmul_ms'], 1)} ms "
+                 f"({percent(r['matmul_ms'] / total)} of op time) = {fixed(r['matmul_gflop_per_s'], 1)} GFLOP/s.")
+    parts.append(table(["op kind", "ms per step", "share of op time"], rows, "lrr"))
+  return paragraphs(*parts)
+
+
+PROFILE_INTRO = f"""\
+`benchmarks/profile_step.py`: a `jax.profiler` trace of the compiled train step of `benchmarks/train_step.py`
+(attention `auto`, dropout 0.1, label smoothing 0.1, Adam) in each dtype: three warm steps, then three traced
+ones. Op time per kind = the trace's op (thunk) names with their numeric suffix removed, in ms per step
+(`ynn_fusion` = the products XLA:CPU hands to its matmul library); the {TOP_KINDS} largest kinds are listed. Share
+of op time = of the sum over all kinds. Op time can exceed the step time where XLA runs two ops at once, and the
+profiler slows the step: a traced step is not the step time of [train_step.md](train_step.md). The matmul kinds are
+`ynn_fusion`, `dot`, `dot_general`, `xnn_fusion` and `onednn`; their GFLOP/s = the step's model FLOPs (as in
+train_step.md) / their time.
+"""
+
+
+def accelerator_section(path: str, data: dict) -> str:
+  sizes = ("Tiny sizes (`--tiny`): a smoke run of the script, not figures." if data.get("tiny") else
+           "The script's full sizes (`FULL` in `benchmarks/accelerator.py`): attention batch 4, 1024 query tokens "
+           "(cross-attention: 512 keys), 8 heads, head_dim 64; model BASE.")
+  attention_rows = []
+  for r in data["attention"]:
+    if r["status"] == "refused":
+      attention_rows.append([f"`{r['kernel']}`", r["call"], r["dtype"], f"refused: {r['reason']}", "-", "-", "-",
+                             "-", "-"])
+    else:
+      tolerance = f"{r['tolerance'][0]:.0e} / {r['tolerance'][1]:.0e}"
+      attention_rows.append([f"`{r['kernel']}`", r["call"], r["dtype"], r["status"], f"{r['output_error']:.1e}",
+                             f"{r['grad_error']:.1e}", tolerance, timing(r["fwd_bwd_ms"], 3),
+                             disturbed(r["fwd_bwd_ms"])])
+  parts = [provenance(path, data), sizes, "**Attention kernels against the float32 reference**",
+           table(["kernel", "call", "dtype", "status", "output error", "gradient error", "tolerance (out / grad)",
+                  "fwd+bwd ms median (min-max)", "disturbed reps"], attention_rows, "llllrrrrr")]
+  step = data.get("train_step")
+  if step:
+    parts += ["**Train step**",
+              table(["shape", "dtype", "attention", "step ms median (min-max)", "tokens/s", "model GFLOP",
+                     "XLA GFLOP", "model GFLOP/s", "peak GFLOP/s (bf16 matmul)", "MFU", "disturbed reps"],
+                    [[step["shape"], step["dtype"], step["attention"], timing(step["step_ms"], 1),
+                      count(step["tokens_per_s"]), fixed(step["model_gflop"], 1), fixed(step["xla_gflop"], 1),
+                      fixed(step["model_gflop_per_s"], 1), fixed(step["peak_gflop_per_s"], 1),
+                      percent(step["mfu"]), disturbed(step["step_ms"])]], "lllrrrrrrrr")]
+  if data.get("decode"):
+    parts += ["**Decoding**",
+              table(["method", "ms per call median (min-max)", "output tokens", "output tokens/s", "ms per step",
+                     "disturbed reps"],
+                    [[r["method"], timing(r["decode_ms"], 1), count(r["output_tokens"]), count(r["tokens_per_s"]),
+                      fixed(r["ms_per_step"], 2), disturbed(r["decode_ms"])] for r in data["decode"]], "lrrrrr")]
+  if data.get("skipped"):
+    parts.append("Skipped:\n" + "\n".join(f"- {line}" for line in data["skipped"]))
+  return paragraphs(*parts)
+
+
+ACCELERATOR_INTRO = """\
+`benchmarks/accelerator.py`, the check to run on a GPU or TPU machine (on CPU it says what it skips):
+
+1. Attention: each library kernel of the backend (GPU: `cudnn`, `pallas_gpu`; TPU: `splash`) and `auto`, against
+   `dot_product` computed in float32 on the same (rounded) inputs, in bfloat16 and float32: the output, and the
+   gradients wrt query, key and value, over the queries that see a key. Calls: causal self-attention with right
+   padding (`self causal, padding`), cross-attention with padding, causal self-attention over packed rows
+   (segment ids). Error = max |kernel - reference| / max |reference| (gradient error: the largest of the three).
+   Tolerances: bfloat16 3e-2 (output) and 6e-2 (gradients); float32 1e-2 for both (GPU kernels may run float32
+   products in TF32, TPUs in bfloat16 passes). A call a kernel cannot express is refused, with its reason;
+   `cudnn` is not given packed rows (NaN by design; `auto` routes them per batch). fwd+bwd ms: one jitted
+   forward and backward pass, timed. Which kernel `auto` picked per call is printed, not recorded in the JSON.
+2. Train step: `benchmarks/train_step.py`'s step of BASE (batch 8 x (128, 128) tokens) in bfloat16 with
+   attention `auto`; model GFLOP as in [train_step.md](train_step.md); MFU = model FLOP/s / the median FLOP/s of
+   an in-process bfloat16 8192^3 matmul (float32 result) timed between the steps.
+3. Decoding: `benchmarks/decode.py`'s beam 4 (alpha 0.6) and greedy search of BASE in bfloat16, random weights,
+   batch 8, source length 64, 63 steps (see [decode.md](decode.md)).
+
+The script exits with status 1 if a kernel misses its tolerance. The jformer test suite has not passed on a GPU
+(see [support.md](support.md)).
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Page:
+  file: str
+  title: str
+  kind: str  # the `benchmark` key of its JSON files
+  summary: str  # its line in the index
+  intro: str
+  section: Callable[[str, dict], str]
+
+
+PAGES = (
+    Page("train_step.md", "Train step: throughput and MFU", "train_step",
+         "train step tokens/s, model and XLA GFLOP, CPU MFU (TINY, BASE; float32, bfloat16; the similarity "
+         "variants)", TRAIN_STEP_INTRO, train_step_section),
+    Page("decode.md", "Decoding throughput", "decode", "beam search and greedy decoding, output tokens/s",
+         DECODE_INTRO, decode_section),
+    Page("memory.md", "Train step memory", "memory", "XLA temporary memory of the BASE train step up to long "
+         "sequences", MEMORY_INTRO, memory_section),
+    Page("input_pipeline.md", "Input pipeline", "input_pipeline", "the demo's data pipeline against what its "
+         "train step consumes", INPUT_PIPELINE_INTRO, input_pipeline_section),
+    Page("attention.md", "Attention variants alone", "attention", "forward+backward time and temporary memory "
+         "per attention variant and length", ATTENTION_INTRO, attention_section),
+    Page("profile_step.md", "Where a train step's time goes", "profile_step", "op time by kind under "
+         "`jax.profiler`", PROFILE_INTRO, profile_section),
+    Page("accelerator.md", "Accelerator (GPU/TPU) check", "accelerator", "attention kernels against the "
+         "reference, the BASE bfloat16 train step and decoding on a GPU", ACCELERATOR_INTRO, accelerator_section),
+)
+
+
+def header(sources: str) -> str:
+  return (f"<!-- Generated by docs/results/generate.py from {sources}: do not edit by hand; change the JSON or the "
+          f"generator and run `{COMMAND}`. -->")
+
+
+def load_results(repo: pathlib.Path) -> dict[str, list[tuple[str, dict]]]:
+  """{benchmark kind: [(repository path, data)]}, files in name order; a kind no page renders is an error."""
+  kinds = {page.kind for page in PAGES}
+  found: dict[str, list[tuple[str, dict]]] = {kind: [] for kind in kinds}
+  for file in sorted((repo / RESULTS).glob("*.json")):
+    path = file.relative_to(repo).as_posix()
+    data = json.loads(file.read_text())
+    kind = data.get("benchmark")
+    if kind not in kinds:
+      raise SystemExit(f"{path}: benchmark {kind!r} has no page in docs/results/generate.py (known: "
+                       f"{sorted(kinds)}); add one to PAGES")
+    found[kind].append((path, data))
+  return found
+
+
+def render_page(page: Page, files: list[tuple[str, dict]]) -> str:
+  sources = ", ".join(path for path, _ in files) or f"no {RESULTS}/*.json of this kind"
+  parts = [header(sources), f"# {page.title}", page.intro, TIMING_RULES]
+  if not files:
+    parts.append(f"No results of this kind in `{RESULTS}/`.")
+  for path, data in files:
+    parts.append(f"## `{pathlib.PurePosixPath(path).name}`")
+    caption = CAPTIONS.get(pathlib.PurePosixPath(path).name)
+    if caption:
+      parts.append(caption)
+    parts.append(page.section(path, data))
+  return paragraphs(*parts) + "\n"
+
+
+def render_support(support: dict) -> str:
+  """support.md: the feature x platform matrix, each cell's status and evidence, notes numbered in order."""
+  notes: list[str] = []
+
+  def render_cell(c: dict) -> str:
+    text = c["status"]
+    if c.get("evidence"):
+      text += ": " + ", ".join(f"`{e}`" for e in c["evidence"])
+    if c.get("note"):
+      notes.append(c["note"])
+      text += f" [{len(notes)}]"
+    return text
+
+  rows = [[row["feature"]] + [render_cell(row[p]) for p in PLATFORMS] for row in support["rows"]]
+  legend = "\n".join(f"- **{status}**: {meaning}." for status, meaning in STATUSES.items())
+  notes_text = "\n".join(f"{i}. {note}" for i, note in enumerate(notes, 1))
+  return paragraphs(header(SUPPORT), "# Where jformer runs: the support matrix", support["intro"], legend,
+                    table(["feature"] + list(PLATFORMS), rows), "Notes:", notes_text) + "\n"
+
+
+def render_index(files_by_page: dict[str, list[str]]) -> str:
+  lines = []
+  for page in PAGES:
+    sources = ", ".join(f"`{pathlib.PurePosixPath(p).name}`" for p in files_by_page[page.file]) or "no results"
+    lines.append(f"- [{page.title}]({page.file}): {page.summary} ({sources})")
+  lines.append("- [Where jformer runs: the support matrix](support.md): each feature on CPU, GPU and TPU, tested "
+               "in CI, measured once by hand or untested (`support.json`)")
+  intro = (f"Every measured figure of jformer, generated by `{COMMAND}` from the JSON the benchmark scripts write "
+           f"(`{RESULTS}/*.json`) and from `support.json`; `{COMMAND} --check` names the pages that are stale "
+           "(`tests/test_results_pages.py` runs it). Each table says the date, commit, machine, software and "
+           "command it comes from. To add a result: run the benchmark with `--json=benchmarks/results/NAME.json`, "
+           "then the generator.")
+  return paragraphs(header(f"{RESULTS}/*.json and {SUPPORT}"), "# Results", intro, "\n".join(lines)) + "\n"
+
+
+def render_all(repo: pathlib.Path = REPO) -> dict[str, str]:
+  """{file name under docs/results/: its text}."""
+  results = load_results(repo)
+  pages = {page.file: render_page(page, results[page.kind]) for page in PAGES}
+  pages["support.md"] = render_support(json.loads((repo / SUPPORT).read_text()))
+  pages["README.md"] = render_index({page.file: [p for p, _ in results[page.kind]] for page in PAGES})
+  return dict(sorted(pages.items()))
+
+
+def stale(pages: dict[str, str], folder: pathlib.Path) -> list[str]:
+  """The pages whose file in `folder` is missing or differs."""
+  return [name for name, text in pages.items()
+          if not (folder / name).is_file() or (folder / name).read_text() != text]
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--check", action="store_true", help="write nothing; exit 1 naming the stale pages")
+  parser.add_argument("--out", default="", help=f"write the pages here instead of {PAGES_DIR}/")
+  args = parser.parse_args(argv)
+  pages = render_all(REPO)
+  folder = pathlib.Path(args.out) if args.out else REPO / PAGES_DIR
+  if args.check:
+    names = stale(pages, folder)
+    for name in names:
+      print(f"stale: {PAGES_DIR}/{name}" if not args.out else f"stale: {folder / name}")
+    if names:
+      print(f"run `{COMMAND}` to regenerate", file=sys.stderr)
+      return 1
+    print(f"{len(pages)} pages up to date")
+    return 0
+  folder.mkdir(parents=True, exist_ok=True)
+  for name, text in pages.items():
+    (folder / name).write_text(text)
+  print(f"wrote {len(pages)} pages to {folder}")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

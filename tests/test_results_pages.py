@@ -1,0 +1,106 @@
+"""docs/results/ is generated (`python docs/results/generate.py`): the committed pages equal a fresh generation, the
+support matrix names evidence that exists, and every benchmark result says when, on what machine, at which commit
+and by what command it was measured. Standard library only (no JAX import): fast."""
+
+import datetime
+import importlib.util
+import json
+import pathlib
+import re
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+PAGES = REPO / "docs" / "results"
+FIX = "run `python docs/results/generate.py` and commit the pages"
+
+
+def load(name: str, path: pathlib.Path):
+  """The module at `path` (not a package module), under `name`."""
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[name] = module  # dataclasses look their module up while the class is made.
+  spec.loader.exec_module(module)
+  return module
+
+
+generate = load("docs_results_generate", PAGES / "generate.py")
+RESULTS = sorted((REPO / "benchmarks" / "results").glob("*.json"))
+
+
+def test_committed_pages_equal_a_fresh_generation(tmp_path):
+  assert generate.main([f"--out={tmp_path}"]) == 0
+  fresh = {p.name: p.read_text() for p in tmp_path.iterdir()}
+  committed = {p.name: p.read_text() for p in PAGES.glob("*.md")}
+  for name, text in sorted(fresh.items()):
+    assert name in committed, f"docs/results/{name} is missing: {FIX}"
+    assert committed[name] == text, f"docs/results/{name} is stale: {FIX}"
+  extra = sorted(set(committed) - set(fresh))
+  assert not extra, f"docs/results/ has pages the generator does not make: {extra}; delete them or add them to PAGES"
+
+
+def test_check_names_the_stale_page_and_writes_nothing(tmp_path, capsys):
+  assert generate.main([f"--out={tmp_path}"]) == 0
+  (tmp_path / "decode.md").write_text("edited by hand\n")
+  (tmp_path / "memory.md").unlink()
+  capsys.readouterr()
+  assert generate.main(["--check", f"--out={tmp_path}"]) == 1
+  captured = capsys.readouterr()
+  assert captured.out.splitlines() == [f"stale: {tmp_path / 'decode.md'}", f"stale: {tmp_path / 'memory.md'}"]
+  assert "python docs/results/generate.py" in captured.err
+  assert (tmp_path / "decode.md").read_text() == "edited by hand\n" and not (tmp_path / "memory.md").exists()
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.name)
+def test_every_result_records_date_commit_machine_and_command(path):
+  data = json.loads(path.read_text())
+  assert data.get("benchmark") in {page.kind for page in generate.PAGES}, f"{path.name}: no page renders it"
+  machine = data.get("machine")
+  assert isinstance(machine, dict), f"{path.name}: no machine block"
+  for key in ("date", "commit", "command", "cpu", "cpus", "backend", "device", "jax", "flax"):
+    assert machine.get(key) not in (None, ""), f"{path.name}: machine.{key} is missing"
+  datetime.datetime.fromisoformat(machine["date"])
+  assert re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?|unknown", machine["commit"]), machine["commit"]
+  assert machine["command"].startswith("benchmarks/") and ".py" in machine["command"], machine["command"]
+  assert machine.get("commit_is", "measured") in ("measured", "recorded")
+
+
+def evidence_exists(evidence: str) -> bool:
+  """`path` or `path::test_name` (a `def test_name` in that file)."""
+  path, _, test = evidence.partition("::")
+  file = REPO / path
+  return file.is_file() and (not test or re.search(rf"^\s*def {re.escape(test)}\(", file.read_text(), re.M))
+
+
+def test_support_matrix_cells_name_evidence_that_exists():
+  support = json.loads((PAGES / "support.json").read_text())
+  assert support["rows"], "support.json has no rows"
+  backends = {"CPU": "cpu", "GPU": "gpu", "TPU": "tpu"}
+  for row in support["rows"]:
+    for platform in generate.PLATFORMS:
+      where = f"support.json: {row['feature']} / {platform}"
+      cell = row[platform]
+      assert cell["status"] in generate.STATUSES, f"{where}: unknown status {cell['status']!r}"
+      evidence = cell.get("evidence", [])
+      for item in evidence:
+        assert evidence_exists(item), f"{where}: {item} does not exist"
+      for path in re.findall(r"`((?:tests|benchmarks|\.ci)/[^`\s]+)`", cell.get("note", "")):
+        assert evidence_exists(path), f"{where}: the note names {path}, which does not exist"
+      if cell["status"] == "tested in CI":
+        assert platform == "CPU", f"{where}: CI runs on CPU only"
+        assert any(e.startswith(("tests/", ".ci/")) for e in evidence), f"{where}: name the test"
+      if cell["status"] == "measured once by hand":
+        measured = [e for e in evidence if e.startswith("benchmarks/results/") and e.endswith(".json")]
+        assert measured, f"{where}: name the JSON"
+        for e in measured:
+          backend = json.loads((REPO / e).read_text())["machine"]["backend"]
+          assert backend == backends[platform], f"{where}: {e} was measured on {backend}"
+
+
+def test_benchmarks_record_their_commit_and_command(tmp_path):
+  common = load("benchmarks_common", REPO / "benchmarks" / "common.py")
+  assert common.command_line([str(REPO / "benchmarks" / "decode.py"), "--json=a b.json"]) == (
+      "benchmarks/decode.py '--json=a b.json'")
+  assert common.git_commit(tmp_path) == "unknown"
+  assert re.fullmatch(r"[0-9a-f]{4,40}(-dirty)?|unknown", common.git_commit())
