@@ -158,6 +158,7 @@ def test_deterministic_by_seed_and_index(task, options):
   assert all(np.array_equal(a[k], b[k]) for k in ("tokens", "answer_mask"))
   assert not np.array_equal(a["tokens"], make(5, 12, **options)["tokens"])
   assert not np.array_equal(a["tokens"], make(6, 11, **options)["tokens"])
+  assert not np.array_equal(make(6, 12, **options)["tokens"], make(7, 11, **options)["tokens"])  # not seed + index
   indices = [9, 2, 11, 0]
   batch = synthetic.examples(task, 5, indices, **options)
   for row, index in enumerate(indices):
@@ -192,6 +193,13 @@ def test_options_out_of_range_are_refused(task, options, message):
     synthetic.sizes(task, **options)
   with pytest.raises(ValueError, match=f"{task}: {message}"):
     synthetic.TASKS[task](0, 0, **options)
+
+
+def test_example_generator_is_default_rng_of_seed_and_index():
+  """Example `index` of dataset `seed` draws from `np.random.default_rng([seed, index])`, the documented stream."""
+  from jformer.data.synthetic.common import example_rng
+
+  assert np.array_equal(example_rng(5, 11).random(8), np.random.default_rng([5, 11]).random(8))
 
 
 def test_bad_task_seed_and_index_are_refused():
@@ -231,6 +239,20 @@ def test_mqar_gaps_decrease_with_several_pairs():
   counts = np.bincount(slots // 8, minlength=7)
   assert (np.diff(counts) < 0).all(), counts
   assert counts[0] > len(slots) / 3, counts
+
+
+def test_mqar_fill_is_any_task_token():
+  """With random_non_queries, the positions outside the pairs and queries hold any task token (blank, keys and
+  values, as Zoology's fill): over 100 examples of vocabulary 10 all 10 occur there, each 10% +- 3% of the time."""
+  options = dict(vocab_size=10, seq_len=64, num_kv_pairs=2)
+  fill = []
+  for e in (mqar.example(6, i, **options) for i in range(100)):
+    answers = np.flatnonzero(e["answer_mask"])
+    others = np.ones(64, bool)
+    others[:4] = others[answers] = others[answers - 1] = False
+    fill.append(e["tokens"][others])
+  shares = np.bincount(np.concatenate(fill) - F, minlength=10) / sum(map(len, fill))
+  assert len(shares) == 10 and (np.abs(shares - 0.1) < 0.03).all(), shares
 
 
 def test_induction_trigger_anywhere():

@@ -25,6 +25,8 @@ further asserts (seq_len even, vocab_size > seq_len) are not needed here and not
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from jformer.data.synthetic.common import FIRST_ID, Sizes, check_int, example_rng, task_example
@@ -41,7 +43,7 @@ def sizes(*, vocab_size: int = 8192, seq_len: int = 64, num_kv_pairs: int = 4, p
   seq_len = check_int("mqar", "seq_len", seq_len, 4)
   check_int("mqar", "num_kv_pairs", num_kv_pairs, 1, min(seq_len // 4, vocab_size // 2 - 1),
             f"num_kv_pairs <= seq_len // 4 = {seq_len // 4} and <= vocab_size // 2 - 1 = {vocab_size // 2 - 1}")
-  if isinstance(power_a, bool) or not isinstance(power_a, (int, float)) or not 0 < power_a < float("inf"):
+  if isinstance(power_a, bool) or not isinstance(power_a, numbers.Real) or not 0 < power_a < float("inf"):
     raise ValueError(f"mqar: power_a must be a finite number > 0, got {power_a!r}.")
   if not isinstance(random_non_queries, bool):
     raise ValueError(f"mqar: random_non_queries must be True or False, got {random_non_queries!r}.")
