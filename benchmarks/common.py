@@ -261,6 +261,24 @@ def machine() -> dict:
           "command": command_line()}
 
 
+def provenance(argv: list[str] | None = None) -> dict:
+  """The commit the script runs from ('+dirty' when tracked files differ from it; None outside a git checkout)
+  and its command line (`argv`, default `sys.argv`)."""
+  import shlex
+  import subprocess
+  import sys
+
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  try:
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                            check=True).stdout.strip()
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=root, capture_output=True).returncode != 0
+    commit += "+dirty" if dirty else ""
+  except (OSError, subprocess.CalledProcessError):
+    commit = None
+  return {"commit": commit, "command": shlex.join([sys.executable, *(sys.argv if argv is None else argv)])}
+
+
 def announce() -> dict:
   """Prints a line naming the machine and returns `machine()`."""
   info = machine()

@@ -76,12 +76,9 @@ def compile_step(shape: common.Shape, variant: str, **model_overrides):
   return train_step.lower(state, batch).compile(), state, batch, model_config
 
 
-def measure(shape: common.Shape, variant: str, reps: int, probe, peak_flops: int = common.PEAK_FLOPS,
-            **model_overrides) -> dict:
-  """Compiles and times the train step of `shape` with attention `variant` (and `model_overrides` of its model
-  config, e.g. dtype); MFU against `probe`, a call of `peak_flops` FLOPs timed between the steps."""
-  import jax
-
+def step_runner(shape: common.Shape, variant: str, **model_overrides):
+  """(run, compiled step, model config): `run()` takes one train step of `compile_step(shape, variant,
+  **model_overrides)` on its batch, the state carried from call to call, and returns (state, metrics)."""
   compiled, state, batch, model_config = compile_step(shape, variant, **model_overrides)
   holder = {"state": state}
 
@@ -89,6 +86,16 @@ def measure(shape: common.Shape, variant: str, reps: int, probe, peak_flops: int
     holder["state"], metrics = compiled(holder["state"], batch)
     return holder["state"], metrics
 
+  return run, compiled, model_config
+
+
+def measure(shape: common.Shape, variant: str, reps: int, probe, peak_flops: int = common.PEAK_FLOPS,
+            **model_overrides) -> dict:
+  """Compiles and times the train step of `shape` with attention `variant` (and `model_overrides` of its model
+  config, e.g. dtype); MFU against `probe`, a call of `peak_flops` FLOPs timed between the steps."""
+  import jax
+
+  run, compiled, model_config = step_runner(shape, variant, **model_overrides)
   timing, peak_timing = common.time_interleaved(run, probe, reps)
   tokens = shape.batch * (shape.source_length + shape.target_length)
   return {"shape": shape.name, "dtype": jax.numpy.dtype(model_config.dtype).name,
