@@ -237,9 +237,9 @@ def command_line(argv: list[str] | None = None) -> str:
   return shlex.join(argv)
 
 
-def machine() -> dict:
+def machine(argv: list[str] | None = None) -> dict:
   """The machine and software the figures come from (`cpu_flags`: its SIMD_FLAGS, '' off Linux), when, and from
-  what: `commit` (`git_commit`) and `command` (`command_line`)."""
+  what: `commit` (`git_commit`) and `command` (`command_line(argv)`)."""
   import flax
   import jax
   import jaxlib
@@ -258,30 +258,12 @@ def machine() -> dict:
           "backend": jax.default_backend(), "device": jax.devices()[0].device_kind, "jax": jax.__version__,
           "jaxlib": jaxlib.__version__, "flax": flax.__version__, "python": platform.python_version(),
           "date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git_commit(),
-          "command": command_line()}
+          "command": command_line(argv)}
 
 
-def provenance(argv: list[str] | None = None) -> dict:
-  """The commit the script runs from ('+dirty' when tracked files differ from it; None outside a git checkout)
-  and its command line (`argv`, default `sys.argv`)."""
-  import shlex
-  import subprocess
-  import sys
-
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  try:
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                            check=True).stdout.strip()
-    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=root, capture_output=True).returncode != 0
-    commit += "+dirty" if dirty else ""
-  except (OSError, subprocess.CalledProcessError):
-    commit = None
-  return {"commit": commit, "command": shlex.join([sys.executable, *(sys.argv if argv is None else argv)])}
-
-
-def announce() -> dict:
-  """Prints a line naming the machine and returns `machine()`."""
-  info = machine()
+def announce(argv: list[str] | None = None) -> dict:
+  """Prints a line naming the machine and returns `machine(argv)`."""
+  info = machine(argv)
   print(f"{info['cpu']} ({info['cpu_flags'] or 'flags unknown'}), {info['cpus']} CPUs, {info['backend']}, "
         f"jax {info['jax']}", flush=True)
   return info

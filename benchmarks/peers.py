@@ -72,7 +72,6 @@ import argparse
 import dataclasses
 import math
 import os
-import sys
 import time
 import traceback
 
@@ -366,8 +365,7 @@ def main(argv=None):
   torch = import_torch()
   import jax
 
-  command = common.provenance(None if argv is None else [sys.argv[0] if sys.argv else __file__, *argv])
-  machine = {**common.announce(), **command, "torch": torch.__version__}
+  machine = {**common.announce(None if argv is None else [__file__, *argv]), "torch": torch.__version__}
   threads = args.threads or machine["cpus"]
   torch.set_num_threads(threads)
   machine["torch_threads"] = torch.get_num_threads()

@@ -13,7 +13,6 @@ from jformer import config as config_lib
 from jformer import positional, tasks
 from jformer.data.baselines import split_text_bytes, xz_bits_per_byte
 from jformer.ops.tokens import EOS_ID
-from jformer import tasks
 from jformer.train.step import make_eval_step
 
 

@@ -14,7 +14,6 @@ from conftest import positional_overrides
 from jformer import config as config_lib
 from jformer import attention, positional, tasks
 from jformer.attention import auto
-from jformer.attention import registry as attention_registry
 from jformer.attention.registry import MASKING
 from jformer.decode.translator import init_cache
 

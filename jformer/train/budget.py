@@ -58,8 +58,9 @@ import numpy as np
 from etils import epath
 from jax.experimental import multihost_utils
 
+from jformer.parallel import say
 from jformer.train.optim import cooldown_steps
-from jformer.train.progress import say, write_json
+from jformer.train.progress import write_json
 
 # Steps before the timed ones, the compiling one included (not in the estimate): the input pipeline fills and the
 # first runs settle (timing steps 3-12 planned ~7% too few steps for the demo: 0.611 s estimated, 0.571 s run).

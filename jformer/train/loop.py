@@ -29,10 +29,11 @@ from etils import epath
 
 from jformer import checkpoint, data, paths, tasks
 from jformer import config as config_lib
+from jformer.parallel import say
 from jformer.train import optim, workdir_lock
 from jformer.train.budget import Budget, stored_plan
 from jformer.train.preemption import Preempted, Preemption
-from jformer.train.progress import Progress, format_duration, say, write_json
+from jformer.train.progress import Progress, format_duration, write_json
 from jformer.train.runner import make_runner, placement
 from jformer.train.step import FINITE_CHECKS
 

@@ -15,8 +15,7 @@ import time
 import jax
 from etils import epath
 
-from jformer import parallel, paths
-from jformer.parallel import say
+from jformer import paths
 
 from jformer.train import step as step_lib
 
