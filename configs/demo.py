@@ -10,10 +10,10 @@ Zhai et al. 2022). `model.dtype="auto"` computes in bfloat16 where the CPU multi
 AMX), in float32 elsewhere. The paper's dropout 0.1 (with its label smoothing 0.1): a smaller corpus of this kind
 is seen several times in 15 minutes and overfits without it.
 
-Batch and learning rate were chosen on the valid loss at equal steps (the steps 15 minutes buy on the README's CPU;
-configs/sweeps/demo_recipe.py): half the rows per step (the CPU's tokens/s hold, so twice the updates) with the
-peak learning rate 256^-0.5 * 600^-0.5 = 2.6e-3 reached at step 600. Faster warm-ups to higher peaks stalled: the
-post-norm model needs the slow start (the paper's reason for the warm-up).
+Batch and learning rate were chosen on the valid loss at equal steps (configs/sweeps/demo_recipe.py): 32 rows per
+step (a CPU's tokens/s hold at half the rows, so twice the updates) with the peak learning rate
+256^-0.5 * 600^-0.5 = 2.6e-3 reached at step 600. Faster warm-ups to higher peaks stalled: the post-norm model
+needs the slow start (the paper's reason for the warm-up).
 """
 
 import pathlib
@@ -27,9 +27,9 @@ def get_config():
   config = jconfig.read(HERE / "small.py")
   config.model.dropout_rate = 0.1  # Paper P_drop.
   config.model.dtype = "auto"  # bfloat16 where the CPU (or a GPU/TPU) multiplies it natively, else float32.
-  config.data.batch_size = 32  # 32 rows x 64 tokens per step: ~1,400 steps in 15 minutes on the README's CPU.
+  config.data.batch_size = 32  # 32 rows x 64 tokens per step.
   config.optimizer.warmup_steps = 600  # Peak lr = 256^-0.5 * 600^-0.5 = 2.6e-3 at step 600 (eq. 3).
-  config.train.eval_every = 500  # Each evaluation costs ~6 s of the budget.
+  config.train.eval_every = 500  # Evaluations count against the budget.
   config.train.checkpoint_every = 500
   config.train.budget_minutes = 15.0  # Training steps planned from the measured step time (replaces train.steps).
   config.optimizer.cooldown_fraction = 0.2  # The last 20% of the planned steps: learning rate linearly to 0.

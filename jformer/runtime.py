@@ -2,9 +2,9 @@
 
 XLA:CPU allocates a compiled step's temporary buffer (all activations kept for the backward pass: 100s of MiB)
 on every call and frees it afterwards. glibc serves such blocks with `mmap` (or from a per-thread arena that it
-trims with `madvise`), so each call page-faults the whole buffer in again: measured on the TINY train step of
-`benchmarks/train_step.py`, about 43,000 faults (170 MiB) per call, 15% of the step. One arena that never
-returns freed memory to the OS removes them: the next call reuses the same pages.
+trims with `madvise`), so each call page-faults the whole buffer in again, a visible share of a small step's time
+(`benchmarks/profile_step.py` shows it). One arena that never returns freed memory to the OS removes the faults:
+the next call reuses the same pages.
 
 On a GPU or TPU the step's buffers live in device memory (XLA's own allocator), so the setting would only cost
 host memory (one arena, a resident set at its high-water mark, contention between the input pipeline's threads)

@@ -5,17 +5,17 @@ point, bfloat16 with another seed (parameter init and dropout bits; the same dat
     python -m launch --sweep=configs/sweeps/demo_dtypes.py          # here, one point after the other
     python -m launch.report --sweep=configs/sweeps/demo_dtypes.py   # runs/demo_dtypes/report.md, curves.png
 
-configs/demo.py without its time budget: every point trains STEPS steps (the number that its 15-minute budget
-planned in the README's fresh-clone run), cool-down and all, on the same data order; the first two with the same
+configs/demo.py without its time budget: every point trains STEPS steps (what its 15-minute budget plans on a
+2-core AVX512_BF16 CPU), cool-down and all, on the same data order; the first two with the same
 seed and dropout bits, so the only difference between them is the compute dtype. A budgeted run trains the same
-steps as `train.steps` set to its plan (tests/test_train_budget.py), so that fresh-clone run is the
+steps as `train.steps` set to its plan (tests/test_train_budget.py), so a demo run that planned STEPS is the
 `dtype=bfloat16,seed=0` point's run too.
 """
 
 from launch import sweep
 
 BASE = "configs/demo.py"
-STEPS = 1487  # What configs/demo.py planned in the README's fresh-clone run (2-core AMD EPYC, AVX512_BF16).
+STEPS = 1487  # A plan of configs/demo.py's 15-minute budget on a 2-core AMD EPYC with AVX512_BF16.
 FIXED = {
     "train.budget_minutes": 0.0,  # Equal steps, not equal minutes (float32 steps are slower).
     "train.steps": STEPS,

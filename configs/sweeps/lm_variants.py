@@ -18,9 +18,7 @@ temporary memory per device); `extrapolation.png` plots bits per byte against co
 
 The demo's recipe with `train.steps` halved, from 400 to 200 (the end of its 200-step learning-rate warm-up: the
 points are compared early in training, on 200 x 16 x 256 = 0.8M tokens, not converged) and one valid evaluation at
-the end. Time: the demo trains at about 4,000 tokens/s on an idle 2-core AMD EPYC (README), so a point trains in
-about 3.5 minutes, plus about 1 minute for the vocabulary, tokenization, compilation, the xz baseline and the four
-final evaluations: about 40 minutes for the nine points (see each point's `train_seconds` in its results.json).
+the end: a few minutes per point on 2 CPU cores (each point's `train_seconds` is in its results.json).
 """
 
 from launch import sweep

@@ -14,12 +14,8 @@ than additive attention, the two perform alike for small d_k, and additive beats
 
 configs/small.py (the demo's data, vocabulary and model; batch 64 x 64, warm-up 300, no dropout) with
 `train.steps` reduced from 600 to 300 (the end of the warm-up: the points are compared early in training, not
-converged), so that the five points take about 60 minutes on 2 CPU cores. The estimate, for an otherwise idle 2-core CPU: a
-demo step takes 1.4 s with dot_product (README); measured against it on the demo model, dot_product_unscaled,
-general and cosine take 0.8-1.05x that and additive 2.1x (its `[B, H, cq, ck, hidden]` tanh block): training
-4 x 300 x 1.4 s + 300 x 3.0 s = 43 min, plus per point about 1.5 min of vocabulary and data preparation, three
-evals and 1-1.5 min of beam search (about 15 min in all). On a shared machine it takes longer: the figures
-above were measured at about half speed.
+converged), so that the five points take about an hour on 2 CPU cores (additive steps cost about twice the others:
+its `[B, H, cq, ck, hidden]` tanh block; docs/results/train_step.md).
 """
 
 from launch import sweep

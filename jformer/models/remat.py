@@ -2,10 +2,10 @@
 
 `jax.checkpoint` marks the recomputation with an optimization barrier so that XLA does not merge it with the
 forward pass; XLA:CPU drops those barriers before common-subexpression elimination, which then merges the two and
-keeps every activation (measured: no saving at all). Here the recomputation starts from inputs that depend on
-the incoming cotangent (`x + 0 * g[0]`), which no compiler can share with the forward pass, on any backend.
-On the BASE train step at batch 1 x 2048 tokens this takes XLA's temporary memory from 1.93 to 1.02 GiB
-(`benchmarks/memory.py`), for one more forward pass of each layer (1/3 more FLOPs).
+keeps every activation (no memory saved at all). Here the recomputation starts from inputs that depend on the
+incoming cotangent (`x + 0 * g[0]`), which no compiler can share with the forward pass, on any backend: the
+step's temporary memory falls (`benchmarks/memory.py`, docs/results/memory.md), for one more forward pass of each
+layer (1/3 more FLOPs); tests/test_models_remat.py checks that it keeps less.
 """
 
 from __future__ import annotations

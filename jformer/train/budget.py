@@ -14,18 +14,16 @@ the final test (BLEU, bits per byte) are outside. In order:
   5. `plan_steps` makes the first plan: the most steps whose estimated time (steps, the periodic evaluations and
      the one at the last step) fits the budget left, less `RESERVE_FRACTION` of the budget. It fixes when to plan
      again: `REPLAN_FRACTION` of the way to its cool-down (or to its end without one).
-  6. at that step the final plan: the same, from the seconds per step since the window began (most of the run:
-     the demo's is steps 11-~1,100 of ~1,600). One line logs each plan; `<workdir>/budget.json` stores the latest.
+  6. at that step the final plan: the same, from the seconds per step since the window began (most of the run).
+     One line logs each plan; `<workdir>/budget.json` stores the latest.
   7. with `optimizer.cooldown_fraction` > 0 the schedule's cool-down needs the total, so the loop compiles the
      train and eval steps once more after the final plan; both plans reserve the time their first compilations
      took.
 
-Why twice: the steps' speed settles over tens of seconds (input pipeline, host work) and then moves by 4-8% in
-stretches of a minute or two (checkpoint writes and other host work on 2 cores, other tenants of the VM). Planned
-once from the start of the run, the demo (900 s budget) came out at 937 s (steps 11-30 timed, 0.500 s per step),
-921 s and 927 s (steps 11-183, 0.510 and 0.507 s; 3% held back) and 781 s (steps 11-161 timed in a slow stretch at
-0.560 s, 8% held back), against 0.53-0.55 s per step over whole runs. Planned again at ~70% of the run (the demo),
-only the last 30% can surprise, hence the small reserve.
+Why twice: the steps' speed settles over tens of seconds (input pipeline, host work) and then moves by several
+percent in stretches of a minute or two (checkpoint writes and other host work on a small machine, other tenants of
+a VM), so a plan from the start of the run alone misses the budget either way. Planned again most of the way
+through, only the rest of the run can surprise, hence the small reserve.
 
 `results.json` records the plan and the seconds counted (`budget_wall_seconds`: of this process's run, so a resumed
 run counts from its resume).
@@ -35,8 +33,7 @@ step number only up to its optional cool-down (the last `optimizer.cooldown_frac
 start after the final plan unless the machine slowed down by more than ~10% after the first: then it begins at
 once, logged), so the plans change none of the learning rates before them; `optimizer.warmup_steps` stays in steps
 (a plan shorter than the warm-up is logged: the run ends before the peak learning rate). Periodic checkpoint saves
-are asynchronous: the part that blocks the loop (copying the state off the device; 2-4 s for Orbax's first save on
-this machine kind) counts but is not planned for.
+are asynchronous: the part that blocks the loop (copying the state off the device) counts but is not planned for.
 
 Resume: a rerun reads the plan from budget.json and trains to its total (no new measurement; a run stopped between
 the two plans keeps the first), so a run preempted after the final plan ends like an uninterrupted one; a rerun
@@ -63,7 +60,7 @@ from jformer.train.optim import cooldown_steps
 from jformer.train.progress import write_json
 
 # Steps before the timed ones, the compiling one included (not in the estimate): the input pipeline fills and the
-# first runs settle (timing steps 3-12 planned ~7% too few steps for the demo: 0.611 s estimated, 0.571 s run).
+# first runs settle (the first steps after compiling run slower than the rest).
 WARMUP_STEPS = 10
 MEASURE_STEPS = 20  # steps timed at least; they fix how many steps make up the timed window.
 MEASURE_FRACTION = 0.1  # the timed window: this fraction of the budget...
