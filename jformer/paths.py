@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import json
 import os
 import uuid
 from typing import Iterator, TextIO
@@ -62,3 +64,37 @@ def file_lock(path: str, *, wait: bool = True) -> Iterator[TextIO]:
   with open(path, "a+", encoding="utf-8") as f:
     fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
     yield f
+
+
+def checksum(path: epath.PathLike) -> dict:
+  """`{"bytes": size, "sha256": hex digest}` of the file `path` (local or gs://)."""
+  digest = hashlib.sha256()
+  size = 0
+  with epath.Path(path).open("rb") as f:
+    while chunk := f.read(1 << 22):
+      digest.update(chunk)
+      size += len(chunk)
+  return {"bytes": size, "sha256": digest.hexdigest()}
+
+
+def record_checksum(path: epath.PathLike, record: epath.PathLike) -> None:
+  """Writes `path`'s checksum to the JSON file `record`: what `checksum_problem` later compares the file with."""
+  write_atomically(record, json.dumps({"file": os.fspath(path), **checksum(path)}, indent=1) + "\n")
+
+
+def checksum_problem(path: epath.PathLike, record: epath.PathLike) -> str | None:
+  """How the file `path` differs from the checksum in `record` (written by `record_checksum`), or None if it is the
+  same file; None too when there is no record (a file from before records were kept)."""
+  record = epath.Path(record)
+  if not record.exists():
+    return None
+  expected = json.loads(record.read_text())
+  if not epath.Path(path).exists():
+    return f"{os.fspath(path)} is missing"
+  actual = checksum(path)
+  if actual == {key: expected[key] for key in actual}:
+    return None
+  what = "truncated or extended" if actual["bytes"] != expected["bytes"] else "same size, other bytes"
+  return (f"{os.fspath(path)} changed since it was recorded ({what}: {actual['bytes']:,} bytes, sha256 "
+          f"{actual['sha256'][:12]}..., against {expected['bytes']:,} bytes, sha256 {expected['sha256'][:12]}... in "
+          f"{os.fspath(record)})")

@@ -82,7 +82,8 @@ def status(workdir: str, steps: int, *, now: float | None = None) -> str:
   squeue no longer lists or no heartbeat for LOST_AFTER_S seconds: its node died), or not started. A log with no exit
   status and no running.json (from a launcher before heartbeats) counts as running."""
   results = read_results(workdir)
-  if results is not None and results.get("step", 0) >= results.get("planned_steps", steps):  # a time budget's plan.
+  if (results is not None and results.get("finished", True)  # written before its final test: not done.
+      and results.get("step", 0) >= results.get("planned_steps", steps)):  # a time budget's plan.
     return DONE
   code = exit_code(workdir)
   if code is not None:

@@ -24,7 +24,7 @@ from etils import epath
 
 from jformer.config.files import import_file, import_plugins, read
 from jformer.config.identity import (EVAL_KEYS, changed_keys, check_same_run, from_values, is_identity,
-                                     read_run)
+                                     read_run, record_config)
 from jformer.config.overrides import flatten, set_value
 from jformer.config.schema import SECTIONS, base_config, declared
 from jformer.config.validation import validate
@@ -67,4 +67,4 @@ def _checked(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 __all__ = ["EVAL_KEYS", "SECTIONS", "base_config", "changed_keys", "check_same_run", "declared", "flatten",
            "from_values", "import_file", "import_plugins", "is_identity", "load", "load_run", "read", "read_run",
-           "set_value", "validate"]
+           "record_config", "set_value", "validate"]

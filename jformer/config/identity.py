@@ -9,18 +9,23 @@ intervals, optimizer, eval, decode, parallel, logging, dropout, dtype, remat) ma
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Mapping
 
 import ml_collections
 from etils import epath
 
-from jformer import positional
+from jformer import paths, positional
 from jformer.config.overrides import flatten, set_value
 from jformer.config.schema import base_config, declared
 
 # Run keys an evaluation of a trained run may change (`jformer evaluate --config.data.max_length=N`): the context
 # length it scores; the parameters work at any length their positional tables cover (model.max_length).
 EVAL_KEYS = ("data.max_length",)
+
+# The checksum of config.json, written with it (`record_config`) and checked whenever a run's config is read: a
+# config.json changed by hand would silently change what translate, evaluate or a resume do.
+CONFIG_CHECKSUM = "config_checksum.json"
 
 # Fields of runs written before `model.positional_options` -> the option of the 'relative' encoding they set.
 RELATIVE_FIELDS = {"model.relative_num_buckets": "num_buckets", "model.relative_max_distance": "max_distance"}
@@ -56,14 +61,29 @@ def check_same_run(run: ml_collections.ConfigDict, config: ml_collections.Config
   return changed
 
 
-def read_run(workdir: epath.PathLike) -> ml_collections.ConfigDict:
+def read_run(workdir: epath.PathLike, *, verify: bool = True) -> ml_collections.ConfigDict:
   """The config a training run wrote to `<workdir>/config.json` (local or gs://...), read over `base_config()` so
   that runs written before a field existed get its default and fields that have moved are read where they are now;
-  not validated (what a resume compares against)."""
+  not validated (what a resume compares against). `verify`: check it against its recorded checksum (a job's
+  other processes leave that to process 0, which may be rewriting the file while they read it)."""
   path = epath.Path(workdir) / "config.json"
   if not path.is_file():
     raise FileNotFoundError(f"{path} does not exist: is '{workdir}' the --workdir of a `jformer train` run?")
-  return from_values(_moved_fields(flatten(json.loads(path.read_text()))))
+  record = epath.Path(workdir) / CONFIG_CHECKSUM
+  problem = verify and paths.checksum_problem(path, record)
+  if problem:
+    raise ValueError(f"the run's config {problem}: jformer writes it, so restore it (change settings with "
+                     f"--config.KEY=VALUE instead), or delete {os.fspath(record)} to accept the edit")
+  try:
+    written = json.loads(path.read_text())
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}); restore it") from None
+  return from_values(_moved_fields(flatten(written)))
+
+
+def record_config(workdir: epath.PathLike) -> None:
+  """Records the checksum of `<workdir>/config.json` (after writing it), which `read_run` checks."""
+  paths.record_checksum(epath.Path(workdir) / "config.json", epath.Path(workdir) / CONFIG_CHECKSUM)
 
 
 def from_values(values: Mapping[str, Any]) -> ml_collections.ConfigDict:

@@ -58,9 +58,9 @@ def check_vocab(vocab_path: epath.PathLike, vocab_size: int) -> None:
                             ".model file, or leave data.vocab_path empty to train one into <workdir>/vocab/.")
   try:
     size = Tokenizer.from_file(path).vocab_size
-  except RuntimeError as e:  # SentencePiece cannot parse the file.
-    raise ValueError(f"data.vocab_path {os.fspath(path)} is not a SentencePiece model ({e}); give a .model file "
-                     "written by SentencePiece, or leave data.vocab_path empty to train one.") from e
+  except ValueError as e:  # SentencePiece cannot parse the file.
+    raise ValueError(f"data.vocab_path {e}; give a .model file written by SentencePiece, or leave "
+                     "data.vocab_path empty to train one.") from None
   if size != vocab_size:
     raise ValueError(f"data.vocab_path {os.fspath(path)} has {size} pieces but model.vocab_size is {vocab_size}; "
                      f"set --config.model.vocab_size={size} or give a vocabulary of {vocab_size} pieces.")

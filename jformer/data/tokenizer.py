@@ -39,8 +39,17 @@ class Tokenizer:
 
   @classmethod
   def from_file(cls, path: epath.PathLike) -> Tokenizer:
-    """Loads a `.model` file written by `train_tokenizer` (a local path or any `etils.epath` one, e.g. gs://)."""
-    return cls(epath.Path(path).read_bytes())
+    """Loads a `.model` file written by `train_tokenizer` (a local path or any `etils.epath` one, e.g. gs://).
+
+    Raises:
+      ValueError: the file is not a SentencePiece model (truncated, overwritten), naming it.
+    """
+    try:
+      return cls(epath.Path(path).read_bytes())
+    except RuntimeError as e:  # SentencePiece cannot parse the bytes.
+      raise ValueError(f"{os.fspath(path)} is not a readable SentencePiece model ({str(e).splitlines()[0]}); "
+                       "restore it, or delete it to train the vocabulary again (in a new --workdir: the "
+                       "parameters of a run belong to its vocabulary)") from None
 
   def __getstate__(self) -> dict:
     return {"model_proto": self.model_proto}

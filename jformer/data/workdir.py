@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import os
 
+import jax
 from etils import epath
 
+from jformer import paths
 from jformer.data.checks import check_vocab
 from jformer.data.sources import load_split, training_texts
 from jformer.data.tokenizer import Tokenizer, get_tokenizer
+
+# The vocabulary's checksum, recorded in the workdir when a run first uses it and checked at every later use
+# (resume, translate, evaluate, generate): a changed vocabulary would tokenize differently from the parameters.
+VOCAB_CHECKSUM = "vocab_checksum.json"
 
 
 def source_args(config, workdir: epath.PathLike) -> dict:
@@ -31,11 +37,26 @@ def vocab_path(config, workdir: epath.PathLike) -> epath.Path:
 def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer:
   """The run's SentencePiece model: `data.vocab_path` (which must exist), or trained once into `<workdir>/vocab/`
   on the training split (`sources.training_texts`: both sides of the pairs, or the documents' lines) and reused.
-  A language model's vocabulary is lossless (`train_tokenizer`), so that its bits per byte count every byte."""
+  A language model's vocabulary is lossless (`train_tokenizer`), so that its bits per byte count every byte.
+
+  The vocabulary's size and sha256 are recorded in `<workdir>/vocab/vocab_checksum.json` when the run first uses it
+  (process 0) and checked before every later load.
+
+  Raises:
+    ValueError: the vocabulary differs from the one the run recorded (one line naming the file and the fix).
+  """
+  path = vocab_path(config, workdir)
+  record = epath.Path(workdir) / "vocab" / VOCAB_CHECKSUM
+  problem = paths.checksum_problem(path, record)
+  if problem:
+    raise ValueError(f"the run's vocabulary {problem}: the parameters were trained on the recorded one, so restore "
+                     "that file (or train in a new --workdir)")
   if config.data.vocab_path:
     check_vocab(config.data.vocab_path, config.model.vocab_size)
-  return get_tokenizer(
-      vocab_path(config, workdir),
-      lambda: training_texts(load_split(config.data.dataset, "train", **source_args(config, workdir))),
+  tokenizer = get_tokenizer(
+      path, lambda: training_texts(load_split(config.data.dataset, "train", **source_args(config, workdir))),
       vocab_size=config.model.vocab_size, max_sentences=config.data.spm_max_sentences,
       lossless=config.model.architecture == "lm")
+  if not record.exists() and jax.process_index() == 0:
+    paths.record_checksum(path, record)
+  return tokenizer

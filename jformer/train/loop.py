@@ -6,7 +6,10 @@ for a language model).
 Workdir layout: config.json (the resolved config), vocab/ (SentencePiece), tfds/ (prepared data),
 checkpoints/ (Orbax: state + data iterator), tensorboard/, results.json, averaged/ (averaged parameters),
 budget.json (the planned steps of a time-budget run).
-Running it again on the same workdir resumes from the latest checkpoint. SIGTERM saves a step all hosts agree on
+Running it again on the same workdir resumes from the latest checkpoint; on a finished run it says so in one line
+and changes nothing (raise train.steps to train on). Every phase's results are merged into results.json
+(`finished: false` after training, `true` after the final test), so a run stopped during its final test (BLEU, bits
+per byte) runs only that test again. SIGTERM saves a step all hosts agree on
 (or, before the first step, saves nothing) and exits with status 0 (`jformer.train.preemption`).
 With `train.budget_minutes`, the number of steps is planned after the first steps, replaces train.steps and is
 kept in budget.json for resume (`jformer.train.budget`).
@@ -76,21 +79,44 @@ def check_update(totals: dict, first_step: int, last_step: int, allowed: int, ch
 
 def check_resume(config, workdir: epath.PathLike) -> None:
   """On a workdir that holds a run (its config.json): refuses a change of the keys that define the run
-  (`config.RUN_KEYS`: model shape, vocabulary, data), naming them, and warns naming the other keys that changed.
+  (its identity keys: model shape, vocabulary, data), naming them, and warns naming the other keys that changed.
   Reads only, so a refused run leaves the workdir as it was."""
   path = epath.Path(workdir) / "config.json"
   if not path.exists():
     return
-  changed = config_lib.check_same_run(config_lib.read_run(workdir), config, f"{workdir} holds a run that",
+  run = config_lib.read_run(workdir, verify=jax.process_index() == 0)  # process 0 checks config.json's checksum.
+  changed = config_lib.check_same_run(run, config, f"{workdir} holds a run that",
                                       f"change them back (see {path}) or train in a new --workdir")
   if changed:
     logging.warning("Resuming with changed config keys: %s (previous config in %s).",
                     ", ".join(f"{key} {old!r} -> {new!r}" for key, (old, new) in changed.items()), path)
 
 
+RESULTS_FILE = "results.json"
+
+
+def read_results(workdir: epath.PathLike) -> dict:
+  """`<workdir>/results.json` ({} when absent): the merged results of every phase the run has finished."""
+  path = epath.Path(workdir) / RESULTS_FILE
+  return json.loads(path.read_text()) if path.exists() else {}
+
+
+def finished_results(config, workdir: epath.PathLike) -> dict | None:
+  """The results of a run in `workdir` that has done everything `config` asks (trained to its steps, or to its
+  time budget's plan, and its final test written), else None. Results written before the `finished` flag existed
+  were written only at the very end, so they count as finished."""
+  results = read_results(workdir)
+  total = stored_plan(config, workdir).get("planned_steps") if config.train.budget_minutes else config.train.steps
+  if not results or total is None or not results.get("finished", True):
+    return None
+  return results if results.get("step", 0) >= total else None
+
+
 def write_config(config, workdir: epath.PathLike) -> None:
-  """Writes the resolved config to `<workdir>/config.json` (after `check_resume`)."""
+  """Writes the resolved config to `<workdir>/config.json` (after `check_resume`), and its checksum."""
   write_json(epath.Path(workdir) / "config.json", json.loads(config.to_json_best_effort()))
+  if jax.process_index() == 0:
+    config_lib.record_config(workdir)
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLike) -> dict:
@@ -102,6 +128,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLik
   workdir = paths.absolute(workdir)
   check_resume(config, workdir)  # a changed model, vocabulary or data: one line naming the keys, nothing written.
   stored_plan(config, workdir)  # another train.budget_minutes than the one planned: one line, nothing written.
+  done = finished_results(config, workdir)
+  if done is not None:  # run again: one line, nothing changed.
+    say(f"{workdir} holds a finished run: step {done['step']}, {tasks.get(config.model.architecture).task.summary(done)} "
+        f"({workdir / RESULTS_FILE}); nothing to do (to train on, raise train.steps or train.budget_minutes)")
+    return done
   data.check_run_inputs(config, workdir)  # bad data, vocabulary or workdir: one line, nothing written.
   workdir.mkdir(parents=True, exist_ok=True)
   with workdir_lock.hold(workdir), Preemption() as preemption:
@@ -157,7 +188,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
 
   runner = rescheduled(runner)  # resumed with a stored plan: nothing compiled yet.
   progress = Progress(workdir, budget.total_steps, start_step)
-  results = {"step": start_step, "skipped_updates": int(runner.checkpoint_view(state).skipped_updates)}
+  # Every phase's results merge into what the run wrote before (a rerun after the training finished only tests).
+  results = {**read_results(workdir), "step": start_step, "finished": False,
+             "skipped_updates": int(runner.checkpoint_view(state).skipped_updates)}
   totals, unread = runner.new_totals(), start_step + 1  # metrics of steps unread..step, summed on device.
   step = start_step
   try:
@@ -217,21 +250,26 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
         results["preempted"] = True
         return results
     checkpointer.wait()
-    preemption.check("before the final test")
     results["step"] = step
+    trained = step > start_step
+    if trained:
+      results["train_seconds"] = progress.train_seconds + 0.0
+      results["tokens_per_second"] = progress.train_tokens / max(progress.train_seconds, 1e-9)
+      write_json(workdir / RESULTS_FILE, results)  # the training's results, before the (resumable) final test.
+    preemption.check("before the final test")
     params = runner.host_params(state)
     if config.train.average_checkpoints > 1:
       params, steps = checkpoint.average_params(checkpointer.directory, last=config.train.average_checkpoints)
       checkpoint.save_params(checkpoint.averaged_dir(workdir), params, overwrite=True)
       results["averaged_steps"] = [int(s) for s in steps]
-    results.update(task.final_results(model, params, runner.eval_step))
-    results["train_seconds"] = progress.train_seconds + 0.0
-    results["tokens_per_second"] = progress.train_tokens / max(progress.train_seconds, 1e-9)
+    results.update(task.final_results(model, params, runner.eval_step), finished=True)
     progress.scalars(results["step"], task.final_scalars(results), prefix="test/")
-    write_json(workdir / "results.json", results)
-    say(f"done: step {results['step']}, {task.summary(results)}, eval loss {results.get('eval_loss', 0):.4f}, "
-        f"{results['tokens_per_second']:,.0f} tokens/s over {format_duration(results['train_seconds'])} of "
-        f"training; results in {workdir / 'results.json'}")
+    write_json(workdir / RESULTS_FILE, results)
+    trained_line = (f"{results['tokens_per_second']:,.0f} tokens/s over {format_duration(results['train_seconds'])} "
+                    "of training" if "train_seconds" in results else "")
+    say(f"done: step {results['step']}, {task.summary(results)}"
+        + (f", eval loss {results['eval_loss']:.4f}" if "eval_loss" in results else "")
+        + (f", {trained_line}" if trained_line else "") + f"; results in {workdir / RESULTS_FILE}")
     return results
   finally:
     checkpointer.close()
