@@ -187,6 +187,7 @@ def test_decoders_refuse_the_other_task():
 def test_overlong_prompts_keep_their_last_tokens():
   model, params = lm_and_params()
   gen = generator.Generator(model, params, WordTokenizer(), batch_size=8, max_new_tokens=4, method="greedy")
-  words = [str(2 + i % 40) for i in range(40)]  # 40 tokens > max_length - 1 = 31
-  assert gen([" ".join(words)]) == gen([" ".join(words[-31:])])
-  assert len(gen([" ".join(words[-31:])])[0].split()) <= 1  # room for one new token in max_length = 32
+  words = [str(2 + i % 40) for i in range(40)]  # 40 tokens > max_length - max_new_tokens = 28
+  assert gen([" ".join(words)]) == gen([" ".join(words[-28:])])  # the last 28 keep room for the 4 new tokens.
+  with pytest.raises(ValueError, match=r"--max_new_tokens=32 must be from 1 to model.max_length - 1 = 31"):
+    generator.Generator(model, params, WordTokenizer(), batch_size=8, max_new_tokens=32, method="greedy")

@@ -7,6 +7,7 @@ import ml_collections
 
 from jformer import tasks
 from jformer.config.schema import declared
+from jformer.decode.search import check_options
 from jformer.models.config import TransformerConfig
 from jformer.schema import check_value
 
@@ -59,6 +60,10 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
   if config.optimizer.cooldown_fraction > 0.5:
     problems.append(f"optimizer.cooldown_fraction={config.optimizer.cooldown_fraction} is not in [0, 0.5]: the "
                     "cool-down must start after a time budget's planning steps (0 = off)")
+  try:
+    check_options(config.decode.method, config.decode, prefix="decode.")
+  except ValueError as e:
+    problems.append(str(e))
   if train.budget_minutes and train.bleu_every:
     problems.append(f"train.bleu_every={train.bleu_every} decodes during training, which a time budget cannot "
                     f"plan for (train.budget_minutes={train.budget_minutes:g}); set train.bleu_every=0")

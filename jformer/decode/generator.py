@@ -19,7 +19,7 @@ import numpy as np
 from absl import logging
 
 from jformer.decode.distributed import RowParallel, raw_key
-from jformer.decode.search import search
+from jformer.decode.search import check_options, search
 from jformer.ops.tokens import BOS_ID, PAD_ID
 
 
@@ -101,8 +101,9 @@ class Generator:
     if model.is_encoder_decoder:
       raise ValueError("this run is a translation model (model.architecture='transformer'), which needs a source "
                        "sentence to decode from: use `jformer translate`.")
-    if max_new_tokens < 1:
-      raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not 1 <= max_new_tokens < model.config.max_length:
+      raise ValueError(f"--max_new_tokens={max_new_tokens} must be from 1 to model.max_length - 1 = "
+                       f"{model.config.max_length - 1} (the prompt and its continuation share model.max_length)")
     model.config.check_attention(decoding=True)  # a variant that trains but cannot decode: one line saying why.
     self.model, self.tokenizer = model, tokenizer
     self.parallel = RowParallel(devices)
@@ -123,11 +124,11 @@ class Generator:
 
   def __call__(self, prompts: Sequence[str], rng=None) -> list[str]:
     ids = [self.tokenizer.encode(p)[:-1] if p.strip() else [] for p in prompts]  # without the EOS encode appends.
-    longest = self.max_length - 1
+    longest = self.max_length - self.max_new_tokens  # so that every prompt gets its max_new_tokens.
     overlong = [i + 1 for i, x in enumerate(ids) if len(x) > longest]
     if overlong:
-      logging.warning("%d prompt(s) (%s%s) longer than model.max_length - 1 = %d tokens: only their last %d tokens "
-                      "are read.", len(overlong), ", ".join(map(str, overlong[:10])),
+      logging.warning("%d prompt(s) (%s%s) longer than model.max_length - max_new_tokens = %d tokens: only their "
+                      "last %d tokens are read.", len(overlong), ", ".join(map(str, overlong[:10])),
                       ", ..." if len(overlong) > 10 else "", longest, longest)
       ids = [x[-longest:] if len(x) > longest else x for x in ids]
     groups: dict[int, list[int]] = {}
@@ -143,7 +144,7 @@ class Generator:
         for row, i in enumerate(chunk):
           inputs[row], indices[row], real[row] = ids[i], i, True
         rows = self.parallel.shard_rows((inputs, indices, real))
-        new_tokens = min(self.max_new_tokens, self.max_length - length)
+        new_tokens = self.max_new_tokens
         decoded = self.parallel.gather(self._decode(shared, rows, max_new_tokens=new_tokens))
         for row, i in enumerate(chunk):
           outputs[i] = self._continuation(ids[i], decoded[row])
@@ -161,8 +162,11 @@ class Generator:
 def make_generator(config, model, params, tokenizer, *, max_new_tokens: int, **overrides) -> Generator:
   """A `Generator` with a run's decoding options (`config.decode`: method, beam_size, alpha, temperature, top_k,
   top_p, batch_size), each replaced by its value in `overrides` unless that is None, on all devices of all
-  processes."""
-  d = {**config.decode.to_dict(), **{k: v for k, v in overrides.items() if v is not None}}
+  processes. Values out of range, and options given that the method does not read, are refused in one line
+  (`search.check_options`)."""
+  given = {k: v for k, v in overrides.items() if v is not None}
+  d = {**config.decode.to_dict(), **given}
+  check_options(d["method"], {**d, "max_new_tokens": max_new_tokens}, given=given)
   options = dict(method=d["method"], beam_size=d["beam_size"], alpha=d["alpha"])
   if d["method"] == "sample":
     options.update(temperature=d["temperature"], top_k=d["top_k"], top_p=d["top_p"])

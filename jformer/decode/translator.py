@@ -89,8 +89,11 @@ def translate_ids(model, params, inputs_BxS, *, max_decode_len: int, method: str
 class Translator:
   """Translates lists of sentences with a model, its params and a tokenizer, on every device of every process.
 
-  Sentences are sorted by length and decoded in batches of `batch_size` (rounded up to a multiple of the number of
-  devices) whose source length is rounded up to a multiple of `length_bucket`, so only a few shapes are compiled.
+  Each sentence's source length is rounded up to a multiple of `length_bucket` (its bucket), and sentences are
+  decoded in batches of `batch_size` (rounded up to a multiple of the number of devices) from one bucket only, so
+  only a few shapes are compiled and a sentence is always decoded in the same shapes, whatever it is batched with:
+  its translation does not depend on the other sentences of the call (bfloat16 beam search included, whose scores
+  would otherwise move with the padding its batch-mates bring: tests/test_decode_search.py).
   Each batch is split across `devices` (default: all devices of all processes; `jformer.decode.distributed`), each
   device decoding its share, and gathered back: every sentence gets the translation one device would give it
   (sampling included: sentence i draws with `fold_in(rng, i)`, whatever its batch or device). With several
@@ -131,12 +134,15 @@ class Translator:
                       "are translated.", len(overlong), ", ".join(map(str, overlong[:10])),
                       ", ..." if len(overlong) > 10 else "", self.max_length, self.max_length - 1)
       ids = [x if len(x) <= self.max_length else x[:self.max_length - 1] + x[-1:] for x in ids]
-    order = sorted((i for i, x in enumerate(ids) if x), key=lambda i: len(ids[i]))
+    bucket = lambda i: min(self.max_length, -(-len(ids[i]) // self.length_bucket) * self.length_bucket)
+    buckets: dict[int, list[int]] = {}
+    for i in (i for i, x in enumerate(ids) if x):
+      buckets.setdefault(bucket(i), []).append(i)
     outputs = [""] * len(sentences)
     shared = (self.params, None if rng is None else self.parallel.replicate(raw_key(rng)))
-    for start in range(0, len(order), self.batch_size):
-      chunk = order[start:start + self.batch_size]
-      length = min(self.max_length, -(-max(len(ids[i]) for i in chunk) // self.length_bucket) * self.length_bucket)
+    chunks = [(length, members[start:start + self.batch_size]) for length, members in sorted(buckets.items())
+              for start in range(0, len(members), self.batch_size)]
+    for length, chunk in chunks:
       inputs = np.zeros((self.batch_size, length), np.int32)  # rows past the chunk: empty sources, dropped.
       for row, i in enumerate(chunk):
         inputs[row, :len(ids[i])] = ids[i]
