@@ -1,5 +1,9 @@
 """A sweep point's workdir: its status, its results, and running its commands with the output in launch.log.
 
+A launcher claims a point before it runs it (`claim`: an flock on `<point>/launch.lock`, or on an object store a
+heartbeat record `<point>/claim.json`) and checks its status again once it holds it, so two launchers started on
+one sweep root never run or touch the same point: the second one skips it and says so.
+
 Every backend leaves the same files in `<root>/<sweep>/<point>/`: `launch.log` (the output of the run),
 `running.json` while it runs (host, pid and a heartbeat time rewritten every HEARTBEAT_S seconds) and, once the
 run's command has ended, `exit_code`; the training run itself writes `results.json` at the end. A point whose
@@ -21,6 +25,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
 from typing import IO, Iterator
 
 from etils import epath
@@ -31,19 +36,88 @@ LOG = "launch.log"
 EXIT_CODE = "exit_code"
 RESULTS = "results.json"
 RUNNING_RECORD = "running.json"
-HEARTBEAT_S = 60  # A running point rewrites its running.json this often.
+CLAIM_LOCK = "launch.lock"  # local folders: the launcher running the point holds an flock on it.
+CLAIM_RECORD = "claim.json"  # object stores: the claiming launcher's heartbeat.
+HEARTBEAT_S = 60  # A running point rewrites its running.json (and a claim its claim.json) this often.
 LOST_AFTER_S = 600  # A point on another host whose heartbeat is older than this is lost (its node died).
+CLAIM_SETTLE_S = 2.0  # object stores: a claim written is read back after this long, to see who won a race.
 
 DONE, RUNNING, STOPPED, FAILED, KILLED, LOST, NOT_STARTED = (
     "done", "running", "stopped", "failed", "killed", "lost", "not started")
 
 
-def read_results(workdir: str) -> dict | None:
-  """`<workdir>/results.json`, or None if the run has not finished (or the file is unreadable)."""
+class Claimed(Exception):
+  """Another launcher holds the point (the message names it)."""
+
+
+@contextlib.contextmanager
+def claim(workdir: epath.PathLike) -> Iterator[None]:
+  """Holds the point in `workdir` for this launcher while the block runs.
+
+  A local folder (NFS included): an exclusive, non-waiting flock on `<workdir>/launch.lock` (`paths.file_lock`),
+  which the operating system releases when the launcher ends in any way; the file names its holder. An object
+  store (gs://), which has no locks: a record `<workdir>/claim.json` with this launcher's id and a heartbeat,
+  taken when absent or older than LOST_AFTER_S, read back after CLAIM_SETTLE_S to see which of two racing
+  launchers won, rewritten every HEARTBEAT_S and removed at the end.
+
+  Raises:
+    Claimed: another launcher holds it.
+  """
+  workdir = epath.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  me = f"launcher pid {os.getpid()} on {socket.gethostname()} since {datetime.datetime.now().isoformat('T', 'seconds')}"
+  if paths.is_local(workdir):
+    path = os.path.join(workdir, CLAIM_LOCK)
+    with contextlib.ExitStack() as stack:
+      try:
+        lock = stack.enter_context(paths.file_lock(path, wait=False))
+      except BlockingIOError:
+        with open(path, encoding="utf-8") as f:
+          holder = ([line for line in f.read().splitlines() if line.strip()] or ["another launcher"])[-1]
+        raise Claimed(f"held by {holder} ({path})") from None
+      lock.truncate(0)
+      lock.write(me + "\n")
+      lock.flush()
+      yield
+    return
+  record = workdir / CLAIM_RECORD
+  held = _read_json(record)
+  if held is not None and time.time() - float(held.get("heartbeat", 0)) < LOST_AFTER_S:
+    raise Claimed(f"held by {held.get('id')} (heartbeat {record})")
+  claim_id = f"{me} ({uuid.uuid4().hex[:8]})"
+  write = lambda: paths.write_atomically(record, json.dumps({"id": claim_id, "heartbeat": time.time()}) + "\n")
+  write()
+  time.sleep(CLAIM_SETTLE_S)
+  held = _read_json(record)
+  if held is None or held.get("id") != claim_id:
+    raise Claimed(f"taken by {None if held is None else held.get('id')} at the same time ({record})")
+  stop = threading.Event()
+
+  def beats():
+    while not stop.wait(HEARTBEAT_S):
+      write()
+
+  beat = threading.Thread(target=beats, daemon=True)
+  beat.start()
   try:
-    return json.loads((epath.Path(workdir) / RESULTS).read_text())
+    yield
+  finally:
+    stop.set()
+    beat.join()
+    if (_read_json(record) or {}).get("id") == claim_id:
+      record.unlink(missing_ok=True)
+
+
+def _read_json(path: epath.Path) -> dict | None:
+  try:
+    return json.loads(path.read_text())
   except (FileNotFoundError, json.JSONDecodeError):
     return None
+
+
+def read_results(workdir: str) -> dict | None:
+  """`<workdir>/results.json`, or None if the run has not written it (or the file is unreadable)."""
+  return _read_json(epath.Path(workdir) / RESULTS)
 
 
 def exit_code(workdir: str) -> int | None:
@@ -56,10 +130,7 @@ def exit_code(workdir: str) -> int | None:
 
 def read_running(workdir: str) -> dict | None:
   """`<workdir>/running.json` ({"host", "pid", "heartbeat": unix time, ...}), or None if absent or unreadable."""
-  try:
-    return json.loads((epath.Path(workdir) / RUNNING_RECORD).read_text())
-  except (FileNotFoundError, json.JSONDecodeError):
-    return None
+  return _read_json(epath.Path(workdir) / RUNNING_RECORD)
 
 
 def write_running(workdir: epath.PathLike, pid: int) -> None:

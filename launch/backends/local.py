@@ -1,9 +1,10 @@
 """Local backend: runs the points on this machine, `parallel` at a time, each as a `jformer train` subprocess.
 
 A point already done (results.json at its train.steps) or still running (launch/runs.py: its running.json's
-process alive, or its heartbeat fresh) is skipped; any other point, killed or lost ones included, runs the train
-command on its workdir, which resumes from the latest checkpoint if there is one. A failing point does not stop the
-others; the return value is the number of points that failed.
+process alive, or its heartbeat fresh) is skipped; any other point, killed or lost ones included, is claimed
+(`runs.claim`), checked again, and runs the train command on its workdir, which resumes from the latest checkpoint if
+there is one. A point another launcher holds is skipped, untouched. A failing point does not stop the others; the
+return value is the number of points that failed.
 """
 
 from __future__ import annotations
@@ -47,6 +48,19 @@ def run(sweep: Sweep, root: str, *, parallel: int = 1, dry_run: bool = False) ->
 
   def run_point(point: Point) -> int:
     workdir = sweep.workdir(root, point)
+    try:
+      with runs.claim(workdir):
+        return claimed_point(point, workdir)
+    except runs.Claimed as e:
+      with lock:
+        print(f"{point.name}: run by another launcher ({e}), skipped", flush=True)
+      return 0
+
+  def claimed_point(point: Point, workdir: str) -> int:
+    if not runs.to_launch(workdir, point.steps):  # finished or started since the sweep was read.
+      with lock:
+        print(f"{point.name}: {runs.status(workdir, point.steps)} by now, skipped", flush=True)
+      return 0
     with lock:
       print(f"{point.name}: started (log: {os.path.join(workdir, runs.LOG)})", flush=True)
     start = time.perf_counter()

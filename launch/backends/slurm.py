@@ -6,9 +6,11 @@ JFORMER_COORDINATOR_ADDRESS (first node of the allocation, a port per array task
 (SLURM_NTASKS) and JFORMER_PROCESS_ID (SLURM_PROCID, set inside each task). The output goes to the point's
 `launch.log` and the exit status to its `exit_code`, as with the local backend; while the task runs, its
 `running.json` holds the node, the batch shell's pid, the job id and a heartbeat rewritten every
-runs.HEARTBEAT_S seconds (so `launch.report` shows a task killed, or lost with its node, as such). Points already
-done or running are left out of the array; a resubmission of the same script (after a time limit or preemption)
-resumes the others.
+runs.HEARTBEAT_S seconds (so `launch.report` shows a task killed, or lost with its node, as such). A task first
+claims its point with `flock` on the point's launch.lock (the lock `runs.claim` takes): a point another launcher
+or task holds is skipped, untouched. Points already done or running are left out of the array; a resubmission of
+the same script (after a time limit or preemption) resumes the others (`jformer train` on a finished point does
+nothing).
 """
 
 from __future__ import annotations
@@ -85,6 +87,10 @@ def render(sweep: Sweep, root: str, settings: Settings, *, python: str, project_
       "esac",
       f"WORKDIR={shlex.quote(os.path.join(root, sweep.name))}/\"$POINT\"",
       'mkdir -p "$WORKDIR"',
+      f'exec 9>>"$WORKDIR/{runs.CLAIM_LOCK}"  # the point\'s claim (launch/runs.py): held until this task ends.',
+      f'if ! flock -n 9; then echo "=== $(date -Iseconds) point $POINT is run by another launcher '
+      f'($WORKDIR/{runs.CLAIM_LOCK}): skipped" >> "$WORKDIR/{runs.LOG}"; exit 0; fi',
+      f'echo "slurm job ${{SLURM_ARRAY_JOB_ID}}_$SLURM_ARRAY_TASK_ID on $(hostname) since $(date -Iseconds)" >&9',
       f'rm -f "$WORKDIR/{runs.EXIT_CODE}"',
       'COORDINATOR_HOST="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
       f'export JFORMER_COORDINATOR_ADDRESS="$COORDINATOR_HOST:$(({COORDINATOR_PORT} + SLURM_ARRAY_TASK_ID % 1000))"',

@@ -150,8 +150,17 @@ def run(sweep: Sweep, root: str, settings: Settings, *, dry_run: bool = False) -
   failed = []
   for number, point in enumerate(pending, 1):
     workdir = sweep.workdir(root, point)
-    print(f"[{number}/{len(pending)}] {point.name}: started (log: {os.path.join(workdir, runs.LOG)})", flush=True)
-    code = runs.run_logged(point_commands(sweep, point, root, settings), workdir)
+    try:
+      with runs.claim(workdir):  # another launcher's point is skipped, untouched.
+        if not runs.to_launch(workdir, point.steps):
+          print(f"[{number}/{len(pending)}] {point.name}: {runs.status(workdir, point.steps)} by now, skipped",
+                flush=True)
+          continue
+        print(f"[{number}/{len(pending)}] {point.name}: started (log: {os.path.join(workdir, runs.LOG)})", flush=True)
+        code = runs.run_logged(point_commands(sweep, point, root, settings), workdir)
+    except runs.Claimed as e:
+      print(f"[{number}/{len(pending)}] {point.name}: run by another launcher ({e}), skipped", flush=True)
+      continue
     print(f"[{number}/{len(pending)}] {point.name}: {'done' if code == 0 else f'FAILED ({code})'}", flush=True)
     if code:
       failed.append(point.name)
