@@ -19,7 +19,10 @@ coordination service ends the job).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import pathlib
+import shutil
 import time
 from typing import Callable, Iterator, TypeVar
 
@@ -29,7 +32,7 @@ from etils import epath
 from jax.experimental import multihost_utils
 
 from jformer import paths
-from jformer.data.sources import load_split
+from jformer.data.sources import bundled_corpus_path, bundled_text_path, load_split
 from jformer.data.tokenizer import Tokenizer
 from jformer.data.workdir import load_tokenizer, source_args, vocab_path
 
@@ -37,18 +40,68 @@ LOCK_FILE = ".jformer_prepare.lock"
 T = TypeVar("T")
 
 
+class NoSpaceError(ValueError):
+  """The disk filled up while the data or the vocabulary was prepared (nothing half-written is kept by tfds)."""
+
+
 def prepare(config, workdir: str) -> Tokenizer:
   """Prepares `config.data`'s dataset and vocabulary on process 0, then on the other processes (see the module
-  docstring), and returns the run's tokenizer."""
+  docstring), and returns the run's tokenizer.
+
+  Raises:
+    NoSpaceError: a disk filled up, naming the folder and about how much space the preparation needs.
+  """
   args = source_args(config, workdir)
 
   def prepare_here() -> Tokenizer:
     with folder_lock(args["data_dir"]):
-      load_split(config.data.dataset, "train", **args)  # the first load builds the dataset's tfds files.
+      with no_space_said(args["data_dir"], config):
+        load_split(config.data.dataset, "train", **args)  # the first load builds the dataset's tfds files.
     with folder_lock(vocab_path(config, workdir).parent):
-      return load_tokenizer(config, workdir)
+      with no_space_said(vocab_path(config, workdir).parent, config):
+        return load_tokenizer(config, workdir)
 
   return process_0_first(prepare_here, "jformer: data prepared")
+
+
+@contextlib.contextmanager
+def no_space_said(folder: epath.PathLike, config) -> Iterator[None]:
+  """Turns a full disk while writing into `folder` (an OSError ENOSPC, or tfds's RuntimeError from its ArrayRecord
+  writer) into one `NoSpaceError` line naming the folder, the space left and about what the data needs."""
+  try:
+    yield
+  except (OSError, RuntimeError) as e:
+    if not (getattr(e, "errno", None) == errno.ENOSPC or "No space left on device" in str(e)):
+      raise
+    left = ""
+    if paths.is_local(folder):
+      existing = pathlib.Path(os.fspath(folder))
+      while not existing.exists():
+        existing = existing.parent
+      left = f" ({shutil.disk_usage(existing).free / 2**20:,.1f} MiB free there)"
+    needed = corpus_bytes(config)
+    need = f"; the prepared data takes about {2 * needed / 2**20:,.1f} MiB" if needed else ""
+    raise NoSpaceError(f"no space left on the device of {os.fspath(folder)} while preparing the data{left}{need}: "
+                       "free space there, or put the prepared data on another disk with --config.data.data_dir=DIR; "
+                       "then rerun the same command") from None
+
+
+def corpus_bytes(config) -> int:
+  """The uncompressed size of a folder dataset's text (`parallel_text`/`text` with `data.path`, or the bundled
+  corpora), 0 when unknown (tfds datasets); the prepared ArrayRecord files take about as much again."""
+  if config.data.dataset not in ("parallel_text", "text"):
+    return 0
+  folder = config.data.path or (bundled_corpus_path() if config.data.dataset == "parallel_text" else
+                                bundled_text_path())
+  total = 0
+  for file in pathlib.Path(os.fspath(paths.absolute(folder))).glob("*"):
+    if file.suffix == ".gz":  # gzip keeps the uncompressed size (mod 2^32) in its last 4 bytes.
+      with open(file, "rb") as f:
+        f.seek(-4, os.SEEK_END)
+        total += int.from_bytes(f.read(4), "little")
+    elif file.is_file():
+      total += file.stat().st_size
+  return total
 
 
 def process_0_first(fn: Callable[[], T], barrier: str) -> T:

@@ -162,3 +162,29 @@ def test_the_corpus_path_is_refused_naming_both_paths(written_run, tiny_corpus, 
   workdir, _ = written_run
   with pytest.raises(ValueError, match=f"data.path='{tmp_path}' \\(the run has '{tiny_corpus}'\\)"):
     train_and_evaluate(load(tiny_corpus, **{"data.path": str(tmp_path)}), workdir)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """A 150 KiB tmpfs (mounting needs root, as CI runs; elsewhere the test is skipped)."""
+  folder = tmp_path / "small_disk"
+  folder.mkdir()
+  if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=150k", "tmpfs", str(folder)], capture_output=True).returncode:
+    pytest.skip("cannot mount a tmpfs here (needs root)")
+  yield folder
+  subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.mark.integration
+def test_a_full_disk_while_preparing_the_data_is_one_line_naming_the_folder(repo_root, tiny_corpus, small_disk):
+  workdir = small_disk / "run"
+  result = subprocess.run([sys.executable, "-m", "jformer.main", "train", f"--config={repo_root / 'configs' / 'small.py'}",
+                           f"--workdir={workdir}", *[f"--config.{k}={v}" for k, v in tiny_overrides(tiny_corpus).items()]],
+                          cwd=repo_root, capture_output=True, text=True, timeout=600)
+  assert result.returncode == 1
+  error = result.stderr.strip().splitlines()[-1]
+  assert error.startswith(f"jformer train: error: no space left on the device of {workdir / 'tfds'} while preparing "
+                          "the data (0.")
+  assert error.endswith("free space there, or put the prepared data on another disk with "
+                        "--config.data.data_dir=DIR; then rerun the same command")
+  assert "Traceback" not in result.stderr
