@@ -72,3 +72,9 @@ class Placement:
     axes = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
     axes = tuple(a for a in axes if a in mesh.axis_names and a not in manual and mesh.shape[a] > 1)
     return axes if size % math.prod(mesh.shape[a] for a in axes) == 0 else ()
+
+# The model config key that sets the size of each logical axis (to name what differs between a checkpoint and a
+# model: `jformer.checkpoint.shapes`).
+CONFIG_KEYS = {EMBED: "model.d_model", HEADS: "model.num_heads", KV_HEADS: "model.num_kv_heads",
+               HEAD_DIM: "model.d_model / model.num_heads", MLP: "model.d_ff", VOCAB: "model.vocab_size",
+               POSITIONS: "model.max_length"}

@@ -105,7 +105,7 @@ def translate(args, overrides):
   config = config_lib.load_run(args.workdir, overrides)
   lines = _read_lines(args.input, "sentence")
   model = tasks.build_model(config)
-  params = checkpoint.load_run_params(args.workdir, args.checkpoint)
+  params = checkpoint.load_run_params(args.workdir, args.checkpoint, model=model)
   translator = make_translator(config, model, params, data.load_tokenizer(config, args.workdir))
   _write_lines(translator(lines, rng=jax.random.PRNGKey(config.train.seed)), args.output)
 
@@ -143,7 +143,7 @@ def generate(args, overrides):
   model = tasks.build_model(config)
   options = {k: getattr(args, k) for k in ("method", "temperature", "top_k", "top_p", "beam_size", "alpha",
                                            "batch_size")}
-  generator = make_generator(config, model, checkpoint.load_run_params(args.workdir, args.checkpoint),
+  generator = make_generator(config, model, checkpoint.load_run_params(args.workdir, args.checkpoint, model=model),
                              data.load_tokenizer(config, args.workdir), max_new_tokens=args.max_new_tokens, **options)
   seed = config.train.seed if args.seed is None else args.seed
   _write_lines(generator(lines, rng=jax.random.PRNGKey(seed)), args.output)
@@ -323,8 +323,8 @@ def visualize_attention(args, overrides):
   _quiet_logs()
   config = config_lib.load_run(args.workdir, overrides)
   model = tasks.build_model(config)
-  maps = visualize.attention_maps(config, model, checkpoint.load_run_params(args.workdir, args.checkpoint),
-                                  data.load_tokenizer(config, args.workdir), args.text,
+  params = checkpoint.load_run_params(args.workdir, args.checkpoint, model=model)
+  maps = visualize.attention_maps(config, model, params, data.load_tokenizer(config, args.workdir), args.text,
                                   rng=jax.random.PRNGKey(config.train.seed))
   out = args.out or epath.Path(args.workdir) / "attention"
   paths = visualize.write_attention_maps(maps, out)

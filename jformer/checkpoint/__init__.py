@@ -11,10 +11,11 @@
   that fails (e.g. a full disk) raises `CheckpointWriteError`.
 """
 
+from jformer.checkpoint import shapes
 from jformer.checkpoint.averaging import average_params, load_params, save_params
 from jformer.checkpoint.integrity import CorruptCheckpointError
 from jformer.checkpoint.manager import Checkpointer, CheckpointWriteError, abstract_state
 from jformer.checkpoint.workdir import averaged_dir, checkpoints_dir, load_run_params
 
 __all__ = ["Checkpointer", "CheckpointWriteError", "CorruptCheckpointError", "abstract_state", "average_params",
-           "averaged_dir", "checkpoints_dir", "load_params", "load_run_params", "save_params"]
+           "averaged_dir", "checkpoints_dir", "load_params", "load_run_params", "save_params", "shapes"]

@@ -34,12 +34,13 @@ from etils import epath
 from grain import checkpoint as grain_checkpoint
 
 from jformer import paths
-from jformer.checkpoint import integrity
+from jformer.checkpoint import integrity, shapes
 
 STATE_ITEM = "state"
 DATA_ITEM = "data"
 DataIterator = grain.DatasetIterator | grain.DataLoaderIterator
 CORRUPT_SUFFIX = ".corrupt"
+FOREIGN_SUFFIX = ".foreign"  # a step whose parameters do not fit the model (another model's checkpoint).
 
 
 class CheckpointWriteError(ValueError):
@@ -170,7 +171,8 @@ class Checkpointer:
     """The saved steps, ascending; the newest may still be being written asynchronously (see `wait`)."""
     return sorted(self._manager.all_steps())
 
-  def restore(self, state_template: Any, data_iterator: DataIterator | None = None, step: int | None = None) -> Any:
+  def restore(self, state_template: Any, data_iterator: DataIterator | None = None, step: int | None = None, *,
+              params: Mapping[str, tuple] | None = None) -> Any:
     """Restores checkpoint `step` (default: the latest) into the structure of `state_template`.
 
     Waits for a pending asynchronous save first, so the step just saved can be restored. The step is verified
@@ -183,11 +185,13 @@ class Checkpointer:
         shape, dtype and sharding; a NumPy array or scalar as that NumPy type.
       data_iterator: a grain iterator of the same pipeline as the saved one; its position is set in place.
       step: which checkpoint; default the latest.
+      params: the model's parameter shapes (`shapes.expected`): a step whose parameters do not fit is refused
+        (named with what differs), or by default skipped for the newest step that fits (`_valid_step`).
 
     Returns:
       The restored state, of the template's pytree type.
     """
-    step = self._valid_step(step)
+    step = self._valid_step(step, params)
     target = abstract_state(state_template)
     restore_args = ocp.checkpoint_utils.construct_restore_args(target)
     args = {STATE_ITEM: ocp.args.PyTreeRestore(item=target, restore_args=restore_args)}
@@ -211,22 +215,16 @@ class Checkpointer:
                        "parameters still serve translate and average-checkpoints; to train, use a new workdir."
                        ) from None
 
-  def restore_params(self, step: int | None = None) -> Any:
+  def restore_params(self, step: int | None = None, *, params: Mapping[str, tuple] | None = None) -> Any:
     """Reads only the `params` subtree of checkpoint `step` (default: the latest) as NumPy arrays.
 
     Needs no template: the structure, shapes and dtypes come from the checkpoint's metadata, and no other
     part of the state (e.g. the optimizer moments) is read. Each process reads the whole arrays. The step is
-    verified like `restore`'s, and params holding NaN or inf raise `CorruptCheckpointError`.
+    verified like `restore`'s (and, given the model's parameter shapes `params`, checked to fit it), and params
+    holding NaN or inf raise `CorruptCheckpointError`.
     """
-    step = self._valid_step(step)
-    tree = self._manager.metadata(step).item_metadata[STATE_ITEM].tree
-    if not isinstance(tree, Mapping) or "params" not in tree:
-      keys = sorted(tree) if isinstance(tree, Mapping) else type(tree).__name__
-      raise ValueError(
-          f"Checkpoint {step} in {self._directory} has no top-level 'params' in its state (found: {keys}); "
-          "save a state with a `params` field (e.g. a TrainState dataclass)."
-      )
-    params = tree["params"]
+    step = self._valid_step(step, params)
+    params = self._params_metadata(step)
     restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), params)
     args = ocp.args.PyTreeRestore(item={"params": params}, restore_args={"params": restore_args}, partial_restore=True)
     params = self._manager.restore(step, args=ocp.args.Composite(**{STATE_ITEM: args}))[STATE_ITEM]["params"]
@@ -263,13 +261,15 @@ class Checkpointer:
   def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None):
     self.close()
 
-  def _valid_step(self, step: int | None) -> int:
-    """`step`, checked to exist and match its manifest, after pending saves finish; default: the newest valid
-    step, after one warning naming the corrupt newer ones (moved aside to `<step>.corrupt` unless read-only)."""
+  def _valid_step(self, step: int | None, params: Mapping[str, tuple] | None = None) -> int:
+    """`step`, checked to exist, match its manifest and (given the model's parameter shapes `params`) fit the model,
+    after pending saves finish; default: the newest such step, after one warning naming the newer ones that are
+    corrupt (moved aside to `<step>.corrupt` unless read-only) or do not fit (left as they are)."""
     self.wait()
     steps = self.all_steps()
     if not steps:
       raise FileNotFoundError(f"No complete checkpoint in {self._directory}.")
+    misfit = lambda s: None if params is None else shapes.difference(params, self._params_metadata(s))
     if step is not None:
       step = _as_step(step)
       if step not in steps:
@@ -278,21 +278,45 @@ class Checkpointer:
         raise integrity.CorruptCheckpointError(
             f"checkpoint {step} in {self._directory} is corrupt: {problem}; use another step (the steps there are "
             f"{steps}).")
+      if problem := misfit(step):
+        raise ValueError(f"checkpoint {step} in {self._directory} does not fit this model: {problem}; use the "
+                         "config it was trained with, or another step")
       return step
-    corrupt = []
+    corrupt, foreign = {}, {}  # step -> what is wrong with it, newest first.
     for step in reversed(steps):
-      if (problem := self._problem(step)) is None:
+      if (problem := self._problem(step)) is not None:
+        corrupt[step] = problem
+      elif (problem := misfit(step)) is not None:
+        foreign[step] = problem
+      else:
         break
-      corrupt.append(f"step {step} ({problem})")
     else:
+      if foreign:
+        raise ValueError(f"no checkpoint in {self._directory} fits this model: {_steps_said(foreign)}; use the config "
+                         "they were trained with, or train in a new workdir")
       raise integrity.CorruptCheckpointError(
-          f"no valid checkpoint in {self._directory}: {'; '.join(corrupt)}. Restore those files from a copy, or "
+          f"no valid checkpoint in {self._directory}: {_steps_said(corrupt)}. Restore those files from a copy, or "
           f"move {self._directory} away to start the run over.")
-    if corrupt:  # the newest step is corrupt: named once, set aside, and the newest valid one restored.
-      moved = self._set_aside([s for s in steps if s > step])
-      logging.warning("corrupt checkpoint: %s in %s%s; restoring step %d instead.", "; ".join(corrupt),
+    if corrupt:  # a newer step is corrupt: named once, set aside, and the newest valid one restored.
+      moved = self._set_aside(sorted(corrupt))
+      logging.warning("corrupt checkpoint: %s in %s%s; restoring step %d instead.", _steps_said(corrupt),
                       self._directory, f", moved to {', '.join(moved)}" if moved else "", step)
+    if foreign:  # a newer step of another model: named once, set aside (training saves that step again).
+      moved = self._set_aside(sorted(foreign), FOREIGN_SUFFIX)
+      logging.warning("checkpoint(s) that do not fit this model: %s in %s%s; restoring step %d instead.",
+                      _steps_said(foreign), self._directory, f", moved to {', '.join(moved)}" if moved else "", step)
     return step
+
+  def _params_metadata(self, step: int) -> Any:
+    """The `params` subtree of checkpoint `step`'s metadata (shapes and dtypes; nothing read)."""
+    tree = self._manager.metadata(step).item_metadata[STATE_ITEM].tree
+    if not isinstance(tree, Mapping) or "params" not in tree:
+      keys = sorted(tree) if isinstance(tree, Mapping) else type(tree).__name__
+      raise ValueError(
+          f"Checkpoint {step} in {self._directory} has no top-level 'params' in its state (found: {keys}); "
+          "save a state with a `params` field (e.g. a TrainState dataclass)."
+      )
+    return tree["params"]
 
   def _problem(self, step: int) -> str | None:
     """Why checkpoint `step` is corrupt, or None; a step without a manifest is accepted with a warning."""
@@ -303,11 +327,11 @@ class Checkpointer:
       return None
     return integrity.verify(folder)
 
-  def _set_aside(self, steps: list[int]) -> list[str]:
-    """Renames corrupt `steps` to `<step>.corrupt` (process 0; not when read-only) so they can be saved again."""
+  def _set_aside(self, steps: list[int], suffix: str = CORRUPT_SUFFIX) -> list[str]:
+    """Renames `steps` to `<step><suffix>` (process 0; not when read-only) so they can be saved again."""
     if self._read_only or not steps:
       return []
-    moved = [self._directory / f"{step}{CORRUPT_SUFFIX}" for step in steps]
+    moved = [self._directory / f"{step}{suffix}" for step in steps]
     if jax.process_index() == 0:
       for step, target in zip(steps, moved, strict=True):
         if target.exists():
@@ -363,6 +387,10 @@ def _handler_registry() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
   registry.add(DATA_ITEM, grain_checkpoint.CheckpointSave, data_handler)
   registry.add(DATA_ITEM, grain_checkpoint.CheckpointRestore, data_handler)
   return registry
+
+
+def _steps_said(problems: Mapping[int, str]) -> str:
+  return "; ".join(f"step {step} ({problem})" for step, problem in problems.items())
 
 
 def _as_step(step: Any) -> int:

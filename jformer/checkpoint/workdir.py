@@ -13,8 +13,10 @@ from typing import Any
 
 from etils import epath
 
+from jformer.checkpoint import shapes
 from jformer.checkpoint.averaging import load_params
 from jformer.checkpoint.manager import Checkpointer
+from jformer.models.summary import param_shapes
 
 
 def checkpoints_dir(workdir: epath.PathLike) -> epath.Path:
@@ -27,11 +29,20 @@ def averaged_dir(workdir: epath.PathLike) -> epath.Path:
   return epath.Path(workdir) / "averaged"
 
 
-def load_run_params(workdir: epath.PathLike, which: str = "auto") -> Any:
-  """Parameters of a run: 'averaged' (<workdir>/averaged), 'latest', a step number, or 'auto' (averaged if any)."""
+def load_run_params(workdir: epath.PathLike, which: str = "auto", *, model=None) -> Any:
+  """Parameters of a run: 'averaged' (<workdir>/averaged), 'latest', a step number, or 'auto' (averaged if any).
+
+  With `model`, the parameters must fit it (`shapes.difference`): 'auto'/'latest' skip newer steps that do not (one
+  warning), averaged parameters or a named step that do not are refused in one line naming what differs.
+  """
+  wanted = None if model is None else shapes.expected(param_shapes(model))
   averaged = averaged_dir(workdir)
   if which == "averaged" or (which == "auto" and averaged.is_dir()):
-    return load_params(averaged)
+    params = load_params(averaged)
+    if wanted is not None and (problem := shapes.difference(wanted, params)):
+      raise ValueError(f"the averaged parameters in {averaged} do not fit this model: {problem}; average again "
+                       "(jformer average-checkpoints) or use --checkpoint=latest")
+    return params
   directory = checkpoints_dir(workdir)
   if not directory.is_dir():
     raise FileNotFoundError(f"no checkpoints in {directory}; train first (jformer train --workdir={workdir}), or let "
@@ -40,4 +51,4 @@ def load_run_params(workdir: epath.PathLike, which: str = "auto") -> Any:
     if checkpointer.latest_step() is None:
       raise FileNotFoundError(f"no checkpoints in {checkpointer.directory}; train first (jformer train "
                               f"--workdir={workdir}), or let the run reach its first train.checkpoint_every step.")
-    return checkpointer.restore_params(None if which in ("auto", "latest") else int(which))
+    return checkpointer.restore_params(None if which in ("auto", "latest") else int(which), params=wanted)

@@ -34,8 +34,8 @@ def evaluate_run(workdir: epath.PathLike, overrides: dict | None = None, *, spli
   if split not in SPLITS:
     raise ValueError(f"unknown split '{split}'; evaluate one of {SPLITS}")
   config = config_lib.load_run(workdir, overrides, may_change=config_lib.EVAL_KEYS)
-  params = checkpoint.load_run_params(workdir, which)
   model = tasks.build_model(config)
+  params = checkpoint.load_run_params(workdir, which, model=model)
   task = tasks.make_task(config, workdir, data.load_tokenizer(config, workdir))
   step = jax.jit(make_eval_step(model))
   results = task.score_split(model, params, lambda p, batch: jax.device_get(step(p, batch)), split)

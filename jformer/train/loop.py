@@ -32,6 +32,7 @@ from etils import epath
 
 from jformer import checkpoint, data, paths, tasks
 from jformer import config as config_lib
+from jformer.models.summary import param_shapes
 from jformer.parallel import say
 from jformer.train import optim, workdir_lock
 from jformer.train.budget import Budget, stored_plan
@@ -130,8 +131,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLik
   stored_plan(config, workdir)  # another train.budget_minutes than the one planned: one line, nothing written.
   done = finished_results(config, workdir)
   if done is not None:  # run again: one line, nothing changed.
-    say(f"{workdir} holds a finished run: step {done['step']}, {tasks.get(config.model.architecture).task.summary(done)} "
-        f"({workdir / RESULTS_FILE}); nothing to do (to train on, raise train.steps or train.budget_minutes)")
+    summary = tasks.get(config.model.architecture).task.summary(done)
+    say(f"{workdir} holds a finished run: step {done['step']}, {summary} ({workdir / RESULTS_FILE}); nothing to do "
+        "(to train on, raise train.steps or train.budget_minutes)")
     return done
   data.check_run_inputs(config, workdir)  # bad data, vocabulary or workdir: one line, nothing written.
   workdir.mkdir(parents=True, exist_ok=True)
@@ -173,7 +175,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
                                          max_to_keep=config.train.keep_checkpoints,
                                          save_interval_steps=config.train.checkpoint_every)
   if checkpointer.latest_step() is not None:
-    state = runner.from_checkpoint(checkpointer.restore(runner.abstract_state(), datasets.train))
+    fits = checkpoint.shapes.expected(param_shapes(model))  # a step of another model is named, and skipped.
+    state = runner.from_checkpoint(checkpointer.restore(runner.abstract_state(), datasets.train, params=fits))
     say(f"resumed from step {checkpointer.latest_step()} ({checkpointer.directory})")
   start_step = int(runner.checkpoint_view(state).step)
 
