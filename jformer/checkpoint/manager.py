@@ -33,7 +33,7 @@ from absl import logging
 from etils import epath
 from grain import checkpoint as grain_checkpoint
 
-from jformer import paths
+from jformer import coordination, paths
 from jformer.checkpoint import integrity, shapes
 
 STATE_ITEM = "state"
@@ -319,13 +319,18 @@ class Checkpointer:
     return tree["params"]
 
   def _problem(self, step: int) -> str | None:
-    """Why checkpoint `step` is corrupt, or None; a step without a manifest is accepted with a warning."""
+    """Why checkpoint `step` is corrupt, or None; a step without a manifest is accepted with a warning. Process 0
+    reads the files, and every process gets its verdict (`coordination.process_0_decides`)."""
     folder = self._directory / str(step)
-    if not integrity.has_manifest(folder):
-      logging.warning("checkpoint %d in %s has no %s (saved by an older jformer, or killed right after saving): "
-                      "restoring it unverified.", step, self._directory, integrity.MANIFEST)
-      return None
-    return integrity.verify(folder)
+
+    def check() -> dict:
+      if not integrity.has_manifest(folder):
+        logging.warning("checkpoint %d in %s has no %s (saved by an older jformer, or killed right after saving): "
+                        "restoring it unverified.", step, self._directory, integrity.MANIFEST)
+        return {"problem": None}
+      return {"problem": integrity.verify(folder)}
+
+    return coordination.process_0_decides("checkpoint verified", check)["problem"]
 
   def _set_aside(self, steps: list[int], suffix: str = CORRUPT_SUFFIX) -> list[str]:
     """Renames `steps` to `<step><suffix>` (process 0; not when read-only) so they can be saved again."""

@@ -2,7 +2,8 @@
 folder when several processes start together on one workdir (the hosts of a pod, the tasks of a SLURM job).
 
 How (`prepare`):
-1. Process 0 prepares first; the other processes wait for it at a barrier (`sync_global_devices`).
+1. Process 0 prepares first; the other processes wait for it through the coordination service (no device
+   collective, for hours if need be: `jformer.coordination`), and stop with its error if it fails.
 2. Then each other process runs the same preparation, which finds process 0's work in a shared folder (NFS,
    gs://) and only reads it, or, in a host-local folder (e.g. `data.data_dir` on a local disk), prepares its own
    copy there.
@@ -12,8 +13,8 @@ How (`prepare`):
    separate runs started together on one `data.data_dir`. A non-local folder (gs://) takes no lock: it is
    shared by every process, so step 1 has prepared it. A file system without locks (Lustre mounted without
    `flock`) logs a warning and relies on step 1 alone.
-If process 0 fails while preparing, it exits with the error and the waiting processes stop with it (jax's
-coordination service ends the job).
+If process 0 fails while preparing with a one-line error (a full disk, a bad file), the waiting processes stop with
+the same line; any other failure ends the job through JAX's coordination service.
 """
 
 from __future__ import annotations
@@ -29,9 +30,8 @@ from typing import Callable, Iterator, TypeVar
 import jax
 from absl import logging
 from etils import epath
-from jax.experimental import multihost_utils
 
-from jformer import paths
+from jformer import coordination, paths
 from jformer.data.sources import bundled_corpus_path, bundled_text_path, load_split
 from jformer.data.tokenizer import Tokenizer
 from jformer.data.workdir import load_tokenizer, source_args, vocab_path
@@ -61,7 +61,7 @@ def prepare(config, workdir: str) -> Tokenizer:
       with no_space_said(vocab_path(config, workdir).parent, config):
         return load_tokenizer(config, workdir)
 
-  return process_0_first(prepare_here, "jformer: data prepared")
+  return process_0_first(prepare_here, "data prepared")
 
 
 @contextlib.contextmanager
@@ -104,27 +104,30 @@ def corpus_bytes(config) -> int:
   return total
 
 
-def process_0_first(fn: Callable[[], T], barrier: str) -> T:
+def process_0_first(fn: Callable[[], T], name: str) -> T:
   """`fn()` on process 0, then, once it returned there, on every other process; `fn()` alone with one process.
+
+  The others wait through the coordination service (`coordination.process_0_decides`, no device collective, for up
+  to `PREPARE_TIMEOUT_S`: preparing WMT takes hours), and if process 0 fails with a one-line error they stop with the
+  same line.
 
   Args:
     fn: the preparation; it must reuse what an earlier call left in place.
-    barrier: the name of the barrier between the two (the same on every process; unique per use).
+    name: the name of the wait (the same on every process; unique per use).
   """
   if jax.process_count() == 1:
     return fn()
+  result = []
   index = jax.process_index()
-  if index == 0:
-    result = fn()
-  else:
+  if index != 0:
     logging.info("process %d: waiting for process 0 to prepare the data.", index)
   start = time.perf_counter()
-  multihost_utils.sync_global_devices(barrier)
-  if index != 0:
-    logging.info("process %d: process 0 done after %.0fs; preparing (or reusing) here.", index,
-                 time.perf_counter() - start)
-    result = fn()
-  return result
+  coordination.process_0_decides(name, lambda: result.append(fn()), timeout_s=coordination.PREPARE_TIMEOUT_S)
+  if index == 0:
+    return result[0]
+  logging.info("process %d: process 0 done after %.0fs; preparing (or reusing) here.", index,
+               time.perf_counter() - start)
+  return fn()
 
 
 @contextlib.contextmanager

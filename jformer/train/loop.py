@@ -30,7 +30,7 @@ import numpy as np
 from absl import logging
 from etils import epath
 
-from jformer import checkpoint, data, paths, tasks
+from jformer import checkpoint, coordination, data, paths, tasks
 from jformer import config as config_lib
 from jformer.models.summary import param_shapes
 from jformer.parallel import say
@@ -135,7 +135,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLik
     say(f"{workdir} holds a finished run: step {done['step']}, {summary} ({workdir / RESULTS_FILE}); nothing to do "
         "(to train on, raise train.steps or train.budget_minutes)")
     return done
-  data.check_run_inputs(config, workdir)  # bad data, vocabulary or workdir: one line, nothing written.
+  # Bad data, vocabulary or workdir: one line, nothing written; the files are read by process 0 only.
+  coordination.process_0_decides("run inputs", lambda: data.check_run_inputs(config, workdir))
   workdir.mkdir(parents=True, exist_ok=True)
   with workdir_lock.hold(workdir), Preemption() as preemption:
     try:

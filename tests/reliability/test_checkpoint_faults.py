@@ -6,6 +6,7 @@ One tiny run (steps 3 and 6 saved) is trained once per module; each test works o
 """
 
 import errno
+import json
 import logging
 import os
 import pathlib
@@ -40,9 +41,9 @@ def run(trained, tmp_path):
   return shutil.copytree(trained, tmp_path / "run")
 
 
-def train_args(workdir, corpus):
+def train_args(workdir, corpus, **extra):
   return (["train", f"--config={REPO / 'configs' / 'small.py'}", f"--workdir={workdir}"]
-          + [f"--config.{k}={v}" for k, v in tiny_overrides(corpus).items()])
+          + [f"--config.{k}={v}" for k, v in tiny_overrides(corpus, **extra).items()])
 
 
 def params_of(workdir, step):
@@ -94,6 +95,8 @@ def test_corrupt_newest_step_is_detected_and_skipped(how, run, trained, caplog):
 def test_corrupt_newest_step_falls_back_and_resumes_exactly(run, trained, tiny_corpus, caplog, capsys):
   checkpoints = checkpoint.checkpoints_dir(run)
   damage(checkpoints / "6", "flip")
+  results = run / "results.json"  # the run died before its final test (a finished run run again does nothing).
+  results.write_text(json.dumps({**json.loads(results.read_text()), "finished": False}))
   with caplog.at_level(logging.WARNING):
     main.main(train_args(run, tiny_corpus))
   assert "resumed from step 3" in capsys.readouterr().out
@@ -109,7 +112,7 @@ def test_every_step_corrupt_is_one_clear_line(run, tiny_corpus):
   damage(checkpoints / "3", "flip")
   damage(checkpoints / "6", "delete")
   with pytest.raises(SystemExit) as exit_info:
-    main.main(train_args(run, tiny_corpus))
+    main.main(train_args(run, tiny_corpus, **{"train.steps": 9}))  # asks for more steps: restores.
   message = exit_info.value.code  # sys.exit(str): printed on stderr, exit status 1.
   assert isinstance(message, str) and "\n" not in message
   assert message.startswith(f"jformer train: error: no valid checkpoint in {checkpoints}: step 6 (file ")
