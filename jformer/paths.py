@@ -17,6 +17,9 @@ import fcntl
 import hashlib
 import json
 import os
+import socket
+import threading
+import time
 import uuid
 from typing import Iterator, TextIO
 
@@ -98,3 +101,54 @@ def checksum_problem(path: epath.PathLike, record: epath.PathLike) -> str | None
   return (f"{os.fspath(path)} changed since it was recorded ({what}: {actual['bytes']:,} bytes, sha256 "
           f"{actual['sha256'][:12]}..., against {expected['bytes']:,} bytes, sha256 {expected['sha256'][:12]}... in "
           f"{os.fspath(record)})")
+
+
+class HeldElsewhere(Exception):
+  """A heartbeat claim (`heartbeat_claim`) is held by someone else; the message names them."""
+
+
+@contextlib.contextmanager
+def heartbeat_claim(record: epath.PathLike, holder: str, *, stale_after_s: float, beat_s: float,
+                    settle_s: float) -> Iterator[None]:
+  """Holds a claim on an object store (gs://, which has no locks) while the block runs: the JSON file `record` with
+  `holder` and a heartbeat time, taken when absent or older than `stale_after_s`, read back after `settle_s` to see
+  which of two claimants that raced won (the last writer), rewritten every `beat_s`, removed at the end (if still
+  ours). A best effort for stores without conditional writes; a local folder takes a `file_lock` instead.
+
+  Raises:
+    HeldElsewhere: another holder's heartbeat is fresh, or another claimant won the race.
+  """
+  record = epath.Path(record)
+  held = _read_json(record)
+  if held is not None and time.time() - float(held.get("heartbeat", 0)) < stale_after_s:
+    raise HeldElsewhere(f"held by {held.get('holder')} (heartbeat {os.fspath(record)})")
+  claim_id = f"{uuid.uuid4().hex[:12]}@{socket.gethostname()}"
+  write = lambda: write_atomically(record, json.dumps({"holder": holder, "id": claim_id, "heartbeat": time.time()}))
+  write()
+  time.sleep(settle_s)
+  held = _read_json(record)
+  if held is None or held.get("id") != claim_id:
+    raise HeldElsewhere(f"taken by {None if held is None else held.get('holder')} at the same time "
+                        f"({os.fspath(record)})")
+  stop = threading.Event()
+
+  def beats():
+    while not stop.wait(beat_s):
+      write()
+
+  beat = threading.Thread(target=beats, daemon=True)
+  beat.start()
+  try:
+    yield
+  finally:
+    stop.set()
+    beat.join()
+    if (_read_json(record) or {}).get("id") == claim_id:
+      record.unlink(missing_ok=True)
+
+
+def _read_json(path: epath.Path) -> dict | None:
+  try:
+    return json.loads(path.read_text())
+  except (FileNotFoundError, json.JSONDecodeError):
+    return None

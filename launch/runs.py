@@ -25,7 +25,6 @@ import subprocess
 import tempfile
 import threading
 import time
-import uuid
 from typing import IO, Iterator
 
 from etils import epath
@@ -80,32 +79,12 @@ def claim(workdir: epath.PathLike) -> Iterator[None]:
       lock.flush()
       yield
     return
-  record = workdir / CLAIM_RECORD
-  held = _read_json(record)
-  if held is not None and time.time() - float(held.get("heartbeat", 0)) < LOST_AFTER_S:
-    raise Claimed(f"held by {held.get('id')} (heartbeat {record})")
-  claim_id = f"{me} ({uuid.uuid4().hex[:8]})"
-  write = lambda: paths.write_atomically(record, json.dumps({"id": claim_id, "heartbeat": time.time()}) + "\n")
-  write()
-  time.sleep(CLAIM_SETTLE_S)
-  held = _read_json(record)
-  if held is None or held.get("id") != claim_id:
-    raise Claimed(f"taken by {None if held is None else held.get('id')} at the same time ({record})")
-  stop = threading.Event()
-
-  def beats():
-    while not stop.wait(HEARTBEAT_S):
-      write()
-
-  beat = threading.Thread(target=beats, daemon=True)
-  beat.start()
   try:
-    yield
-  finally:
-    stop.set()
-    beat.join()
-    if (_read_json(record) or {}).get("id") == claim_id:
-      record.unlink(missing_ok=True)
+    with paths.heartbeat_claim(workdir / CLAIM_RECORD, me, stale_after_s=LOST_AFTER_S, beat_s=HEARTBEAT_S,
+                               settle_s=CLAIM_SETTLE_S):
+      yield
+  except paths.HeldElsewhere as e:
+    raise Claimed(str(e)) from None
 
 
 def _read_json(path: epath.Path) -> dict | None:

@@ -14,6 +14,7 @@ import json
 import os
 import pathlib
 import sys
+import time
 
 import jax
 import numpy as np
@@ -226,3 +227,23 @@ def test_sweep_on_a_gs_root(fake_gcs, tmp_path):
   with pytest.raises(launch_sweep.SweepError, match="give a folder every node mounts"):
     slurm.run(tiny, "gs://bucket/runs", slurm.Settings())
   assert os.listdir(tmp_path / "cwd") == []
+
+
+def test_a_gs_workdir_is_claimed_by_one_train_job(fake_gcs, monkeypatch):
+  """Object stores have no locks: a second `jformer train` on a gs:// workdir is refused by the first's heartbeat
+  claim, and a claim left by a job that died (heartbeat too old) is taken over."""
+  from jformer.train import workdir_lock
+
+  monkeypatch.setattr(workdir_lock, "CLAIM_SETTLE_S", 0.0)
+  workdir = "gs://bucket/claimed"
+  record = epath.Path(workdir) / workdir_lock.CLAIM_FILE
+  with workdir_lock.hold(workdir):
+    assert json.loads(record.read_text())["holder"].startswith(f"pid {os.getpid()} on ")
+    with pytest.raises(workdir_lock.WorkdirInUseError, match=rf"{workdir} is in use by another `jformer train` "
+                                                             rf"\(held by pid {os.getpid()} on .*heartbeat"):
+      with workdir_lock.hold(workdir):
+        pass
+  assert not record.exists()
+  record.write_text(json.dumps({"holder": "a job that died", "heartbeat": time.time() - 3600}))
+  with workdir_lock.hold(workdir):
+    assert json.loads(record.read_text())["holder"] != "a job that died"

@@ -4,7 +4,9 @@ A local workdir gets an exclusive lock on `<workdir>/.jformer_train.lock` (`path
 while the run trains. The operating system releases it when the process ends in any way, so a crashed run never
 leaves the workdir locked: the file stays behind and only says who held it last. Only process 0 of a job takes the lock:
 all processes of one multi-process job share the workdir; the other processes of a refused job stop when its
-process 0 exits. A workdir given as a URL (gs://...) is not protected (object stores have no such lock).
+process 0 exits. A workdir on an object store (gs://...), which has no locks, gets a heartbeat claim instead
+(`paths.heartbeat_claim`: `<workdir>/.jformer_train.claim.json`, rewritten every HEARTBEAT_S seconds; a claim older
+than STALE_AFTER_S, left by a job that died, is taken over).
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ from etils import epath
 from jformer import parallel, paths
 
 LOCK_FILE = ".jformer_train.lock"
+CLAIM_FILE = ".jformer_train.claim.json"  # object stores.
+HEARTBEAT_S = 60.0
+STALE_AFTER_S = 600.0
+CLAIM_SETTLE_S = 2.0
 
 
 class WorkdirInUseError(ValueError):
@@ -28,13 +34,25 @@ class WorkdirInUseError(ValueError):
 
 @contextlib.contextmanager
 def hold(workdir: epath.PathLike) -> Iterator[None]:
-  """Holds `workdir`'s train lock while the block runs (process 0, local workdirs; see the module doc).
+  """Holds `workdir`'s train lock (a local folder) or claim (an object store) while the block runs, on process 0
+  (see the module doc).
 
   Raises:
     WorkdirInUseError: another job holds it; the message names its pid, host and start time, and the fix.
   """
-  if not parallel.is_chief() or not paths.is_local(workdir):
+  if not parallel.is_chief():
     yield
+    return
+  holder = (f"pid {os.getpid()} on {socket.gethostname()} since "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
+  if not paths.is_local(workdir):
+    try:
+      with paths.heartbeat_claim(epath.Path(workdir) / CLAIM_FILE, holder, stale_after_s=STALE_AFTER_S,
+                                 beat_s=HEARTBEAT_S, settle_s=CLAIM_SETTLE_S):
+        yield
+    except paths.HeldElsewhere as e:
+      raise WorkdirInUseError(f"{workdir} is in use by another `jformer train` ({e}); wait for it to finish or stop "
+                              "it, or train in another --workdir") from None
     return
   path = os.path.join(workdir, LOCK_FILE)
   with contextlib.ExitStack() as stack:
@@ -42,11 +60,10 @@ def hold(workdir: epath.PathLike) -> Iterator[None]:
       lock = stack.enter_context(paths.file_lock(path, wait=False))
     except BlockingIOError:
       with open(path, encoding="utf-8") as f:
-        holder = f.read().strip() or "a process that has not yet written its name"
-      raise WorkdirInUseError(f"{workdir} is in use by another `jformer train` ({holder}; lock {path}); wait for "
+        other = f.read().strip() or "a process that has not yet written its name"
+      raise WorkdirInUseError(f"{workdir} is in use by another `jformer train` ({other}; lock {path}); wait for "
                               "it to finish or stop it, or train in another --workdir") from None
     lock.truncate(0)
-    lock.write(f"pid {os.getpid()} on {socket.gethostname()} since "
-               f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}\n")
+    lock.write(holder + "\n")
     lock.flush()
     yield
