@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import test_attention_variants as matrix
+import helpers as matrix
 from jformer import attention
 from jformer.attention import cudnn
 

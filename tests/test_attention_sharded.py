@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-import test_parallel as parallel
+from helpers import LAYOUTS, parallel_batch, parallel_config
 from jformer import attention, models
 from jformer.attention import auto, sharded
 from jformer.parallel.mesh import LOGICAL_AXIS_RULES, MESH_AXES
@@ -132,11 +132,11 @@ def test_mesh_runner_trains_with_splash_as_with_dot_product(monkeypatch):
                       lambda f, **kwargs: specs.append(kwargs["in_specs"][0]) or shard_map(f, **kwargs))
   results = {}
   for name in ("auto", "dot_product"):
-    config = parallel.tiny_config(**parallel.LAYOUTS["data2_fsdp2_tensor2"], **{"model.attention": name})
+    config = parallel_config(**LAYOUTS["data2_fsdp2_tensor2"], **{"model.attention": name})
     model = models.build(config)
     tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
     runner = make_runner(config, model, tx, schedule, {k: np.zeros((1, 16), np.int32) for k in ("inputs", "targets")})
-    state, metrics = runner.train_step(runner.init_state(jax.random.PRNGKey(0)), parallel.batch(0))
+    state, metrics = runner.train_step(runner.init_state(jax.random.PRNGKey(0)), parallel_batch(0))
     results[name] = metrics["loss"], jax.device_get(state.params)
   # Every call is splash; in the train step (encoder, decoder, cross-attention) each runs per device: 4 rows and 2
   # of the 4 heads on each. (Initialization, traced outside the mesh context on a 1-row batch, calls it directly.)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from conftest import REPO, tiny_overrides
+from helpers import REPO, tiny_overrides
 from jformer import checkpoint, data, main, models
 from jformer import config as config_lib
 from jformer.decode.generator import Generator

@@ -116,10 +116,10 @@ def test_row_parallel_pads_splits_and_gathers_in_order():
 
 def test_sampling_with_one_key_per_row_does_not_depend_on_the_other_rows():
   """Rows permuted (with their keys), or half of them decoded alone, sample the same tokens."""
-  import test_decode_sampling
+  from helpers import SamplingStepModel
   from jformer.decode import sample
 
-  model = test_decode_sampling.StepModel(seed=0, batch=16, vocab=7, max_len=10)
+  model = SamplingStepModel(seed=0, batch=16, vocab=7, max_len=10)
   keys = jax.random.split(jax.random.key(3), 16)
 
   def run(rows, row_keys):

@@ -13,15 +13,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import positional_overrides
+from helpers import PLUGIN_NAME, positional_overrides, skip_unless_runs_here
 from jformer import attention, models, positional
 from jformer import config as config_lib
 from jformer.decode import generator
 from jformer.decode.translator import Translator
 from jformer.ops.tokens import EOS_ID, PAD_ID
-from test_attention_variants import skip_unless_runs_here
-from test_plugins import NAME as PLUGIN_NAME
-from test_plugins import plugin_registry  # noqa: F401 (a fixture)
 
 DEMO = pathlib.Path(__file__).resolve().parents[1] / "configs" / "small.py"
 VOCAB, PROMPT, NEW = 50, 5, 8
@@ -94,7 +91,7 @@ def test_cached_generation_equals_full_forward_for_every_positional_encoding(nam
   check_cached_generation_equals_full_forward(*lm_and_params(**positional_overrides(name)))
 
 
-def test_cached_generation_equals_full_forward_for_a_plugin_variant(plugin_registry):  # noqa: F811
+def test_cached_generation_equals_full_forward_for_a_plugin_variant(plugin_registry):
   check_cached_generation_equals_full_forward(*lm_and_params(**{"model.attention": PLUGIN_NAME}))
 
 

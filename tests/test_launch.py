@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import tiny_overrides
+from helpers import tiny_overrides
 from launch import cli, events, report, runs, sweep
 from launch.backends import slurm, tpu_vm
 

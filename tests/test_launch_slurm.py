@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import REPO, tiny_overrides
+from helpers import REPO, tiny_overrides
 from launch import runs
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import positional_overrides
+from helpers import direct_nats, positional_overrides
 from jformer import config as config_lib
 from jformer import models, positional
 from jformer.data.baselines import split_text_bytes, xz_bits_per_byte
@@ -56,19 +56,6 @@ def tiny_lm_config(**extra):
 def documents(rng, lengths):
   """(text, token ids + EOS) documents of the given token counts (EOS included); texts of various UTF-8 sizes."""
   return [("d" * n + "é" * (n % 3), list(rng.integers(3, 40, n - 1)) + [EOS_ID]) for n in lengths]
-
-
-def direct_nats(apply, params, ids, max_length):
-  """Summed NLL (nats) of document `ids` read in pieces of `max_length`, each on its own (the model puts BOS in
-  front): log-softmax of the full logits of `apply` (a jitted `model.apply`), no eval step, no padding, no
-  batching."""
-  total = 0.0
-  for start in range(0, len(ids), max_length):
-    piece = np.asarray(ids[start:start + max_length])
-    logits = apply({"params": params}, piece[None])
-    log_probs = jax.nn.log_softmax(np.asarray(logits, np.float64)[0], axis=-1)
-    total -= float(np.sum(log_probs[np.arange(len(piece)), piece]))
-  return total
 
 
 @pytest.fixture(scope="module")

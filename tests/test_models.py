@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import positional_overrides
+from helpers import decode_step_by_step, init, positional_overrides, tiny, tokens
 from jformer import config as config_lib
 from jformer import attention, models, positional
 from jformer.attention import auto
@@ -19,38 +19,6 @@ from jformer.attention.registry import MASKING
 from jformer.decode.translator import init_cache
 
 CONFIGS = sorted(p.name for p in (pathlib.Path(__file__).resolve().parents[1] / "configs").glob("*.py"))
-
-
-def tiny(**overrides):
-  base = {"model.vocab_size": 50, "model.d_model": 32, "model.num_heads": 4, "model.d_ff": 64,
-          "model.num_encoder_layers": 2, "model.num_decoder_layers": 2, "model.max_length": 32,
-          "data.max_length": 32, "model.dropout_rate": 0.1}
-  base.update(overrides)
-  config = config_lib.load(pathlib.Path(__file__).resolve().parents[1] / "configs" / "small.py", base)
-  return models.build(config)
-
-
-def init(model, inputs, targets, seed=0):
-  return nn.meta.unbox(model.init(jax.random.PRNGKey(seed), inputs, targets))
-
-
-def tokens(seed, shape, vocab=50):
-  return jax.random.randint(jax.random.PRNGKey(seed), shape, 1, vocab)
-
-
-def decode_step_by_step(model, params, encoded, inputs, targets, encoded_at_steps=None):
-  """Logits `[B, T, V]` of `targets` fed one token per cached decode step (`encoded_at_steps`: the encoder
-  output given to the steps, default `encoded`; the cache is built from `encoded`)."""
-  cache = init_cache(model, params, encoded, inputs, targets.shape[1])
-  previous = jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]
-  steps = []
-  for t in range(targets.shape[1]):
-    logits, mutated = model.apply({"params": params, "cache": cache},
-                                  encoded if encoded_at_steps is None else encoded_at_steps, inputs,
-                                  previous[:, t:t + 1], decode=True, method=model.decode, mutable=["cache"])
-    cache = mutated["cache"]
-    steps.append(logits)
-  return jnp.concatenate(steps, axis=1)
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])

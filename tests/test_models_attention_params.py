@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from helpers import decode_step_by_step, tiny, tokens
 from jformer import attention
-from test_models import decode_step_by_step, tiny, tokens
 
 LEARNED = [name for name in attention.available() if attention.get(name).params]
 

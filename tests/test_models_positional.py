@@ -17,11 +17,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import positional_overrides
+from helpers import decode_step_by_step, positional_overrides
 from jformer import config as config_lib
 from jformer import models, positional
 from jformer.attention import registry
-from test_models import decode_step_by_step
 
 ENCODINGS = positional.available()
 HEADS = 4

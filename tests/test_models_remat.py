@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from helpers import init, tiny, tokens
 from jformer.models import remat
-from test_models import init, tiny, tokens
 
 
 def loss_and_grads(model, params, x, y, rng=None):

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import tiny_overrides
+from helpers import tiny_overrides
 from jformer import checkpoint, models
 from jformer import config as config_lib
 from jformer.train import optim

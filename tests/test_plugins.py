@@ -1,7 +1,7 @@
 """Plug-ins from the researcher's own files (`config.imports`): a variant with a learned parameter, defined in
-tests/plugins/ outside the package, passes the whole variant matrix and trains from the command line."""
+tests/plugins/ outside the package (loaded by the `plugin_registry` fixture of conftest.py), passes the whole variant
+matrix and trains from the command line."""
 
-import pathlib
 import subprocess
 import sys
 
@@ -9,20 +9,11 @@ import jax
 import numpy as np
 import pytest
 
-import test_attention_variants as matrix
-from conftest import REPO, tiny_overrides
+import helpers as matrix
+from helpers import PLUGIN, REPO, tiny_overrides
+from helpers import PLUGIN_NAME as NAME
 from jformer import attention, checkpoint
 from jformer import config as config_lib
-
-PLUGIN = REPO / "tests" / "plugins" / "learned_temperature.py"
-NAME = "learned_temperature"
-
-
-@pytest.fixture
-def plugin_registry(monkeypatch, scratch_registries):
-  """The registries with the plug-in loaded, dropped after the test (other tests see the built-ins)."""
-  monkeypatch.setattr(config_lib, "_IMPORTED_PLUGINS", {})
-  config_lib.import_plugins(str(PLUGIN))
 
 
 def test_plugin_variant_passes_the_whole_matrix(plugin_registry):
@@ -30,9 +21,9 @@ def test_plugin_variant_passes_the_whole_matrix(plugin_registry):
   assert set(variant.params) == {"log_scale"} and variant.supports == set(attention.FEATURES) - {"dropout"}
   for setting, case in sorted(matrix.SETTINGS.items()):
     assert case.needs <= variant.supports, setting
-    matrix.test_variant_matches_reference(NAME, setting)
-  matrix.test_decode_steps_match_full_forward(NAME)
-  matrix.test_undeclared_features_are_refused(NAME)
+    matrix.check_variant_matches_reference(NAME, setting)
+  matrix.check_decode_steps_match_full_forward(NAME)
+  matrix.check_undeclared_features_are_refused(NAME)
 
 
 def test_plugin_is_imported_once_and_bad_imports_are_clear(plugin_registry):

@@ -15,12 +15,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from helpers import decode_step_by_step
 from jformer import config as config_lib
 from jformer import models, positional
 from jformer.ops import positional as positional_ops
 from jformer.positional import registry
 from jformer.registry import Param, constant, init_params
-from test_models import decode_step_by_step
 
 DEMO = pathlib.Path(__file__).resolve().parents[1] / "configs" / "small.py"
 DIMS = dict(d_model=32, heads=4, kv_heads=2, head_dim=8, max_length=16)

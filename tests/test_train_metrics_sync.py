@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax._src.array import ArrayImpl
 
-from conftest import tiny_overrides
+from helpers import tiny_overrides
 from jformer import config as config_lib
 from jformer.train import loop
 from jformer.train.step import FINITE_CHECKS, add_to_totals, averages, new_totals

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import tiny_overrides
+from helpers import tiny_overrides
 from jformer import config as config_lib
 from jformer import main, models, visualize
 from jformer.train.loop import train_and_evaluate

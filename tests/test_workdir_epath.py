@@ -24,7 +24,7 @@ from etils.epath import backend as epath_backend
 from etils.epath import gpath
 from orbax.checkpoint._src.path import gcs_utils
 
-from conftest import tiny_overrides
+from helpers import tiny_overrides
 from jformer import checkpoint, main, paths
 from jformer.train.progress import Progress
 from launch import events, report, runs

@@ -9,7 +9,7 @@ import sys
 import tempfile
 
 import pytest
-from conftest import REPO, tiny_overrides
+from helpers import REPO, tiny_overrides
 
 from jformer import main
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from etils import epath
 
-from conftest import REPO, tiny_overrides
+from helpers import REPO, tiny_overrides
 from jformer import checkpoint, main
 from jformer import config as config_lib
 from jformer.checkpoint import integrity

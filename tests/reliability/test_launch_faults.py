@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import tiny_overrides
+from helpers import tiny_overrides
 from launch import cli, report, runs
 
 POINT = "attention=dot_product"

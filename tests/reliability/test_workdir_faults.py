@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import REPO, tiny_overrides
+from helpers import REPO, tiny_overrides
 from jformer import checkpoint
 from jformer import config as config_lib
 from jformer import main
