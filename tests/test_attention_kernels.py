@@ -111,6 +111,7 @@ def run_accelerator_check(*flags):
                         env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, check=True).stdout
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="checks what is skipped on CPU")
 def test_accelerator_check_says_what_it_skips_on_cpu():
   out = run_accelerator_check()

@@ -21,6 +21,8 @@ from jformer import config as config_lib
 from jformer.decode.generator import Generator
 from jformer.train.loop import write_config
 
+pytestmark = pytest.mark.integration  # the commands end to end on run folders.
+
 
 def build_run(workdir, corpus, architecture: str):
   """A run folder `jformer translate`/`generate` can read: config.json, vocabulary, averaged parameters."""

@@ -11,6 +11,8 @@ from jformer import config as config_lib
 from jformer import main
 from jformer.train.loop import train_and_evaluate
 
+pytestmark = pytest.mark.integration  # a trained run, and `jformer evaluate` as a command.
+
 
 @pytest.fixture(scope="module")
 def translation_run(tiny_corpus, tmp_path_factory):

@@ -17,7 +17,7 @@ import pytest
 from helpers import REPO, tiny_overrides
 from launch import runs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SCRIPT = REPO / "launch" / "testing" / "slurm_single_node.sh"
 BINARIES = ("slurmctld", "slurmd", "sbatch", "squeue", "munged")

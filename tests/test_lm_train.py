@@ -18,6 +18,8 @@ from jformer import config as config_lib
 from jformer.ops.tokens import EOS_ID
 from jformer.train.loop import train_and_evaluate
 
+pytestmark = pytest.mark.integration  # a trained run.
+
 
 @pytest.fixture(scope="module")
 def text_corpus(tmp_path_factory):

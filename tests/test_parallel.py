@@ -133,6 +133,7 @@ if process_id == 0:
 """
 
 
+@pytest.mark.integration
 def test_two_processes_match_one_process_with_four_devices(tmp_path):
   script = tmp_path / "multihost.py"
   script.write_text(MULTIHOST_SCRIPT)

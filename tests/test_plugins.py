@@ -34,6 +34,7 @@ def test_plugin_is_imported_once_and_bad_imports_are_clear(plugin_registry):
     config_lib.import_plugins("no_such_package.variants")
 
 
+@pytest.mark.integration
 def test_plugin_variant_trains_from_the_command_line(tiny_corpus, tmp_path):
   """`jformer train --config.imports=FILE --config.model.attention=NAME` in a fresh process: two steps, and the
   learned parameter moved from its initial value in every attention of the model."""

@@ -14,6 +14,8 @@ from jformer import checkpoint, data
 from jformer import config as config_lib
 from jformer.train import loop
 
+pytestmark = pytest.mark.integration  # runs stopped by SIGTERM, in this process and in two `jformer train`.
+
 
 def load(repo_root, corpus, **extra):
   return config_lib.load(repo_root / "configs" / "small.py", tiny_overrides(corpus, **extra))

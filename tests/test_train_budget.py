@@ -116,6 +116,7 @@ def final_params(workdir):
     return ckpt.latest_step(), ckpt.restore_params()
 
 
+@pytest.mark.integration
 def test_budget_too_small_stops_after_measuring_and_stores_no_plan(repo_root, tiny_corpus, tmp_path, capsys):
   config = load(repo_root, tiny_corpus, **budget_overrides(**{"train.budget_minutes": 0.0001}))
   with pytest.raises(budget_lib.BudgetTooSmallError,

@@ -15,6 +15,8 @@ from jformer import config as config_lib
 from jformer import main
 from jformer.train.loop import train_and_evaluate
 
+pytestmark = pytest.mark.integration  # every test trains.
+
 
 def load(repo_root, corpus, **extra):
   return config_lib.load(repo_root / "configs" / "small.py", tiny_overrides(corpus, **extra))

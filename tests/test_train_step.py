@@ -116,6 +116,7 @@ def test_train_step_is_deterministic_and_dropout_depends_on_step(repo_root):
   assert int(a.step) == 1 and float(metrics_a["learning_rate"]) == pytest.approx(float(schedule(0)))
 
 
+@pytest.mark.integration
 def test_tiny_model_overfits_16_pairs_until_greedy_reproduces_them(repo_root, tiny_corpus):
   from jformer.data import train_tokenizer
   from jformer.decode.translator import Translator

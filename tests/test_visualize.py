@@ -52,6 +52,7 @@ def test_sown_weights_sum_to_one_over_visible_keys(option, kv_heads, variant):
     assert np.all(weights[:, ~mask] == 0.0) and np.all(weights[:, mask] > 0.0)
 
 
+@pytest.mark.integration
 def test_visualize_attention_on_a_trained_run(tiny_corpus, tmp_path, capsys):
   config = config_lib.load(DEMO, tiny_overrides(tiny_corpus, **{
       "model.num_encoder_layers": 1, "model.num_decoder_layers": 2, "train.steps": 2, "train.bleu_examples": 1,

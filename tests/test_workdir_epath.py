@@ -143,6 +143,7 @@ def _params(workdir, step):
     return ckpt.restore_params(step)
 
 
+@pytest.mark.integration
 def test_train_resume_translate_average_on_a_gs_workdir(fake_gcs, repo_root, tiny_corpus, tmp_path, capsys):
   """`jformer train --workdir=gs://bucket/run` for 6 steps, then again on the same workdir (it restores the state
   and the data position of step 6 from the bucket); translate and average-checkpoints read the run from there;

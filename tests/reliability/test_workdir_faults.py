@@ -40,6 +40,7 @@ with hold(sys.argv[1]):
 """
 
 
+@pytest.mark.integration
 def test_the_lock_names_its_holder_and_dies_with_it(tmp_path):
   holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], cwd=REPO, env=dict(
       os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, text=True)
