@@ -75,24 +75,35 @@ def tiny(**overrides):
   return models.build(config_lib.load(SMALL, base))
 
 
+FIXED_TOKENS = jnp.ones((1, 2), jnp.int32)
+
+
 def init(model, inputs, targets, seed=0):
-  return nn.meta.unbox(model.init(jax.random.PRNGKey(seed), inputs, targets))
+  """`model.init` for these inputs, unboxed. The values do not depend on the inputs' shapes, so they are computed for
+  one fixed shape (whose ops JAX's eager per-op cache holds after the first call, where a new shape costs seconds of
+  compiling) once `jax.eval_shape` has checked these inputs (e.g. refused a sequence longer than max_length)."""
+  key = jax.random.PRNGKey(seed)
+  jax.eval_shape(model.init, key, inputs, targets)
+  return nn.meta.unbox(model.init(key, FIXED_TOKENS, FIXED_TOKENS))
 
 
 def tokens(seed, shape, vocab=50):
   return jax.random.randint(jax.random.PRNGKey(seed), shape, 1, vocab)
 
 
-def decode_step_by_step(model, params, encoded, inputs, targets, encoded_at_steps=None):
+def decode_step_by_step(model, params, encoded, inputs, targets, encoded_at_steps=None, jit=False):
   """Logits `[B, T, V]` of `targets` fed one token per cached decode step (`encoded_at_steps`: the encoder
-  output given to the steps, default `encoded`; the cache is built from `encoded`)."""
-  cache = init_cache(model, params, encoded, inputs, targets.shape[1])
+  output given to the steps, default `encoded`; the cache is built from `encoded`). `jit=True` compiles the step
+  once for all steps (cheaper than running eagerly a model whose attention loops over blocks)."""
+  make_cache = functools.partial(init_cache, model, max_decode_len=targets.shape[1])
+  cache = (jax.jit(make_cache) if jit else make_cache)(params, encoded, inputs)
   previous = jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]
+  step = functools.partial(model.apply, decode=True, method=model.decode, mutable=["cache"])
+  step = jax.jit(step) if jit else step
   steps = []
   for t in range(targets.shape[1]):
-    logits, mutated = model.apply({"params": params, "cache": cache},
-                                  encoded if encoded_at_steps is None else encoded_at_steps, inputs,
-                                  previous[:, t:t + 1], decode=True, method=model.decode, mutable=["cache"])
+    logits, mutated = step({"params": params, "cache": cache}, encoded if encoded_at_steps is None else encoded_at_steps,
+                           inputs, previous[:, t:t + 1])
     cache = mutated["cache"]
     steps.append(logits)
   return jnp.concatenate(steps, axis=1)
@@ -151,6 +162,28 @@ SETTINGS = {
 }
 
 
+CROSS = ("cross_attention", "packed_cross_attention", "mask")  # the settings whose keys are not the queries (S != T).
+
+
+def representative_settings(supports) -> list[str]:
+  """The matrix settings the default test run checks a variant that declares `supports` in (the slow run checks
+  all): the fewest, most demanding ones that together ask for every feature it declares (greedily: most features not
+  yet asked for, then most features), and one with S != T. E.g. packed_decoder_multi_query, bias and mask for a
+  variant that declares everything; the rest of the matrix combines the same features in fewer ways."""
+  supported = [name for name in sorted(SETTINGS) if SETTINGS[name].needs <= supports]
+  chosen, asked = [], set()
+  while True:
+    gain = lambda name: (len(SETTINGS[name].needs - asked), len(SETTINGS[name].needs))
+    best = max((name for name in supported if name not in chosen), key=gain, default=None)
+    if best is None or not SETTINGS[best].needs - asked:
+      break
+    chosen.append(best)
+    asked |= SETTINGS[best].needs
+  if not set(chosen) & set(CROSS):
+    chosen += [name for name in CROSS if name in supported][:1]
+  return chosen
+
+
 def options_of(name):
   """The variant's example options (they cut these small shapes into several blocks that do not divide the
   lengths)."""
@@ -178,9 +211,10 @@ def visible_rows(q, k, kwargs):
   return np.broadcast_to(np.asarray(mask).any((1, 3)), q.shape[:2])
 
 
-def output_and_grads(fn, q, k, v, kwargs, rows):
+def output_and_grads(fn, q, k, v, kwargs, rows, jit=True):
   """`fn`'s output and the gradients of sum(out * cotangent) over the visible rows wrt q, k, v (and bias, and the
-  variant's parameters)."""
+  variant's parameters); `jit=False` runs them eagerly (for a reference formula, run once: cheaper than compiling
+  it, once JAX's per-op cache holds these shapes)."""
   cotangent = jax.random.normal(jax.random.PRNGKey(99), q.shape[:3] + v.shape[-1:]) * rows[:, :, None, None]
   names = [n for n in ("bias", "params") if n in kwargs]
   differentiable = (q, k, v) + tuple(kwargs[n] for n in names)
@@ -190,7 +224,7 @@ def output_and_grads(fn, q, k, v, kwargs, rows):
     return jnp.sum(jnp.where(rows[:, :, None, None], out, 0.0) * cotangent), out
 
   grad_fn = jax.value_and_grad(loss, argnums=tuple(range(len(differentiable))), has_aux=True)
-  (_, out), grads = jax.jit(grad_fn)(*differentiable)
+  (_, out), grads = (jax.jit(grad_fn) if jit else grad_fn)(*differentiable)
   return np.asarray(out), grads
 
 
@@ -223,7 +257,8 @@ def check_variant_matches_reference(name, setting):
   rows = visible_rows(q, k, kwargs)
   options = options_of(name)
   out, grads = output_and_grads(functools.partial(variant.fn, **options), q, k, v, kwargs, rows)
-  want_out, want_grads = output_and_grads(functools.partial(variant.reference, **options), q, k, v, kwargs, rows)
+  want_out, want_grads = output_and_grads(functools.partial(variant.reference, **options), q, k, v, kwargs, rows,
+                                          jit=False)
   assert out.shape == q.shape and np.isfinite(out).all()
   np.testing.assert_allclose(out[rows], want_out[rows], atol=1e-5)
   assert_grads_close(grads, want_grads, ("query", "key", "value") + tuple(n for n in ("bias", "params") if n in kwargs))
@@ -252,7 +287,7 @@ def check_decode_steps_match_full_forward(name):
   rows = np.ones((BATCH, slots), bool)
   out, grads = output_and_grads(decode, q, k, v, {}, rows)
   want_out, want_grads = output_and_grads(functools.partial(variant.reference, **extra), q, k, v, dict(causal=True),
-                                          rows)
+                                          rows, jit=False)
   np.testing.assert_allclose(out, want_out, atol=1e-5)
   assert_grads_close(grads, want_grads, ("query", "key", "value"))
 

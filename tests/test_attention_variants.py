@@ -7,6 +7,9 @@ softmax over the learned score for `additive`/`general`/`cosine`), with random v
 parameters, gradients wrt those parameters included. A variant is skipped for a setting only because it does
 not declare a needed feature, and `test_undeclared_features_are_refused` checks that asking for one fails. The
 settings and the checks live in tests/helpers.py (tests/test_plugins.py runs them on a plug-in variant).
+
+The default test run checks each variant in its `representative_settings` (together they ask for every feature it
+declares, and one has S != T); the slow run checks the whole matrix.
 """
 
 from __future__ import annotations
@@ -17,13 +20,21 @@ import numpy as np
 import pytest
 
 from helpers import (SETTINGS, check_decode_steps_match_full_forward, check_undeclared_features_are_refused,
-                     check_variant_matches_reference, options_of, random_qkv)
+                     check_variant_matches_reference, options_of, random_qkv, representative_settings)
 from jformer import attention
 from jformer.ops import masks
 
 
-@pytest.mark.parametrize("setting", sorted(SETTINGS))
-@pytest.mark.parametrize("name", attention.available())
+def matrix():
+  """(variant, setting) for every variant and setting: the variant's `representative_settings` in the default run,
+  the rest marked slow."""
+  for name in attention.available():
+    fast = representative_settings(attention.get(name).supports)
+    for setting in sorted(SETTINGS):
+      yield pytest.param(name, setting, id=f"{name}-{setting}", marks=() if setting in fast else pytest.mark.slow)
+
+
+@pytest.mark.parametrize("name, setting", matrix())
 def test_variant_matches_reference(name, setting):
   check_variant_matches_reference(name, setting)
 

@@ -91,8 +91,10 @@ def test_one_device_translations_are_diverse(one_device):
   assert differ("beam", "greedy") >= 3 and differ("sample", "greedy") >= 15  # beams and sampling do something.
 
 
-@pytest.mark.parametrize("method", list(OPTIONS))
-@pytest.mark.parametrize("batch_size", [6, 13])
+# Each method and each batch size in the default run (6-beam, 13-greedy, 13-sample); all six in the slow run.
+@pytest.mark.parametrize("batch_size, method", [
+    pytest.param(batch_size, method, marks=() if (batch_size == 6) == (method == "beam") else pytest.mark.slow)
+    for batch_size in (6, 13) for method in OPTIONS])
 def test_eight_devices_translate_like_one(model_and_params, one_device, method, batch_size):
   """Batches of 8 or 16 rows (6 or 13 rounded up to 8 devices), the last one padded, vs batches of 6 rows."""
   from jformer.train import bleu

@@ -23,6 +23,14 @@ from jformer.ops.tokens import EOS_ID, PAD_ID
 DEMO = pathlib.Path(__file__).resolve().parents[1] / "configs" / "small.py"
 VOCAB, PROMPT, NEW = 50, 5, 8
 DECODING = [n for n in attention.available() if {"causal", "positions", "decode"} <= attention.get(n).supports]
+# Cached generation in the default run: the default variant, blockwise softmax, a window, a linear kernel, one learned
+# similarity; and an encoding of each kind (rotary, a bias, a learned table). Every variant and encoding: slow run.
+DEFAULT_VARIANTS, DEFAULT_ENCODINGS = ("dot_product", "chunked", "local", "linear", "general"), ("rotary", "alibi",
+                                                                                                  "learned")
+
+
+def default_or_slow(names, default):
+  return [pytest.param(name, marks=() if name in default else pytest.mark.slow) for name in names]
 
 
 def lm_config(**overrides):
@@ -58,13 +66,14 @@ def check_cached_generation_equals_full_forward(model, params):
   out = np.asarray(jax.jit(functools.partial(generator.generate_ids, model, max_new_tokens=NEW, method="greedy"))(
       params, x))
   tokens = jnp.concatenate([x, jnp.asarray(out)], axis=1)
-  full = np.asarray(model.apply({"params": params}, tokens))  # position i predicts tokens[:, i]
+  full = np.asarray(jax.jit(model.apply)({"params": params}, tokens))  # position i predicts tokens[:, i]
   assert len(set(out[0, :until_eos(out[0])].tolist())) >= 3, out  # not one token repeated: a test that can fail
   for b in range(x.shape[0]):
     n = until_eos(out[b])
     np.testing.assert_array_equal(out[b, :n], np.argmax(full[b, PROMPT:PROMPT + n, 1:], axis=-1) + 1)
 
-  cache, start, prefill_logits = generator.prefill(model, params, x, PROMPT + NEW)
+  cache, start, prefill_logits = jax.jit(functools.partial(generator.prefill, model, cache_length=PROMPT + NEW))(
+      params, x)
   np.testing.assert_array_equal(start, x[:, -1])
   np.testing.assert_allclose(prefill_logits, full[:, :PROMPT], atol=1e-4)
   feed = jax.jit(functools.partial(generator.feed, model))
@@ -78,7 +87,7 @@ def check_cached_generation_equals_full_forward(model, params):
     np.testing.assert_allclose(steps[b, :n], full[b, PROMPT:PROMPT + n], atol=1e-4)
 
 
-@pytest.mark.parametrize("name", DECODING)
+@pytest.mark.parametrize("name", default_or_slow(DECODING, DEFAULT_VARIANTS))
 def test_cached_generation_equals_full_forward_for_every_decoding_variant(name):
   variant = attention.get(name)
   skip_unless_runs_here(variant)
@@ -86,7 +95,7 @@ def test_cached_generation_equals_full_forward_for_every_decoding_variant(name):
   check_cached_generation_equals_full_forward(*lm_and_params(**{"model.attention": name, **options}))
 
 
-@pytest.mark.parametrize("name", positional.available())
+@pytest.mark.parametrize("name", default_or_slow(positional.available(), DEFAULT_ENCODINGS))
 def test_cached_generation_equals_full_forward_for_every_positional_encoding(name):
   check_cached_generation_equals_full_forward(*lm_and_params(**positional_overrides(name)))
 

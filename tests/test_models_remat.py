@@ -9,12 +9,13 @@ from helpers import init, tiny, tokens
 from jformer.models import remat
 
 
-def loss_and_grads(model, params, x, y, rng=None):
+def loss_and_grads(model, x, y, rng=None):
+  """params -> (loss, gradients) of `model` on (x, y), compiled once (called again for other parameters)."""
   def loss(params):
     rngs = None if rng is None else {"dropout": rng}
     logits = model.apply({"params": params}, x, y, deterministic=False, rngs=rngs)
     return jnp.sum(jax.nn.log_softmax(logits)[..., 3] * (y != 0))
-  return jax.jit(jax.value_and_grad(loss))(params)
+  return jax.jit(jax.value_and_grad(loss))
 
 
 @pytest.mark.parametrize("norm", ["post", "pre"])
@@ -23,7 +24,7 @@ def test_full_remat_gives_the_same_loss_and_gradients(norm):
   plain = tiny(**{"model.dropout_rate": 0.0, "model.norm": norm, "model.remat": "none"})
   rematerialized = tiny(**{"model.dropout_rate": 0.0, "model.norm": norm, "model.remat": "full"})
   params = init(plain, x, y)["params"]
-  (want_loss, want), (got_loss, got) = loss_and_grads(plain, params, x, y), loss_and_grads(rematerialized, params, x, y)
+  (want_loss, want), (got_loss, got) = loss_and_grads(plain, x, y)(params), loss_and_grads(rematerialized, x, y)(params)
   np.testing.assert_allclose(got_loss, want_loss, rtol=1e-6)
   for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
     np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
@@ -36,11 +37,11 @@ def test_dropout_in_the_recomputation_matches_the_forward_pass():
   model = tiny(**{"model.dropout_rate": 0.3, "model.remat": "full"})
   params = init(model, x, y)["params"]
   rng = jax.random.PRNGKey(5)
-  loss, grads = loss_and_grads(model, params, x, y, rng)
+  step = loss_and_grads(model, x, y, rng)
+  loss, grads = step(params)
   direction = jax.tree.map(lambda g: g / jnp.sqrt(sum(jnp.sum(l**2) for l in jax.tree.leaves(grads))), grads)
   eps = 1e-2
-  shifted = lambda sign: loss_and_grads(model, jax.tree.map(lambda p, d: p + sign * eps * d, params, direction),
-                                        x, y, rng)[0]
+  shifted = lambda sign: step(jax.tree.map(lambda p, d: p + sign * eps * d, params, direction))[0]
   slope = (shifted(1) - shifted(-1)) / (2 * eps)
   norm = jnp.sqrt(sum(jnp.sum(g**2) for g in jax.tree.leaves(grads)))
   np.testing.assert_allclose(slope, norm, rtol=2e-2)

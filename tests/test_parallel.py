@@ -1,6 +1,7 @@
 """Scale-out on 8 fake CPU devices: one step gives the same result under every wrapper and mesh; checkpoints
 move between topologies; two processes with jax.distributed match one process."""
 
+import functools
 import os
 import subprocess
 import sys
@@ -9,11 +10,16 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import REPO
-from helpers import make_parallel_runner as make
+from helpers import REPO, make_parallel_runner
 from helpers import parallel_batch as batch
 from jformer import checkpoint
 from jformer.parallel import mesh
+
+
+@functools.lru_cache(maxsize=None)
+def make(layout):
+  """The runner of each layout, built once for this module: its compiled steps serve every test that uses it."""
+  return make_parallel_runner(layout)
 
 
 @pytest.fixture(scope="module")

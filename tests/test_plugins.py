@@ -16,12 +16,24 @@ from jformer import attention, checkpoint
 from jformer import config as config_lib
 
 
-def test_plugin_variant_passes_the_whole_matrix(plugin_registry):
+SUPPORTS = set(attention.FEATURES) - {"dropout"}  # what the plug-in declares (checked below).
+
+
+def test_plugin_variant_declares_its_parameter_and_every_feature_but_dropout(plugin_registry):
   variant = attention.get(NAME)
-  assert set(variant.params) == {"log_scale"} and variant.supports == set(attention.FEATURES) - {"dropout"}
-  for setting, case in sorted(matrix.SETTINGS.items()):
-    assert case.needs <= variant.supports, setting
-    matrix.check_variant_matches_reference(NAME, setting)
+  assert set(variant.params) == {"log_scale"} and variant.supports == SUPPORTS
+  assert all(case.needs <= variant.supports for case in matrix.SETTINGS.values())  # the whole matrix applies.
+
+
+@pytest.mark.parametrize("setting", [
+    pytest.param(setting, marks=() if setting in matrix.representative_settings(SUPPORTS) else pytest.mark.slow)
+    for setting in sorted(matrix.SETTINGS)])
+def test_plugin_variant_passes_the_matrix(plugin_registry, setting):
+  """The whole matrix in the slow run; its representative settings (tests/test_attention_variants.py) by default."""
+  matrix.check_variant_matches_reference(NAME, setting)
+
+
+def test_plugin_variant_decodes_and_refuses_what_it_does_not_declare(plugin_registry):
   matrix.check_decode_steps_match_full_forward(NAME)
   matrix.check_undeclared_features_are_refused(NAME)
 
