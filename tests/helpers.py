@@ -101,9 +101,9 @@ def decode_step_by_step(model, params, encoded, inputs, targets, encoded_at_step
   step = functools.partial(model.apply, decode=True, method=model.decode, mutable=["cache"])
   step = jax.jit(step) if jit else step
   steps = []
+  given = encoded if encoded_at_steps is None else encoded_at_steps
   for t in range(targets.shape[1]):
-    logits, mutated = step({"params": params, "cache": cache}, encoded if encoded_at_steps is None else encoded_at_steps,
-                           inputs, previous[:, t:t + 1])
+    logits, mutated = step({"params": params, "cache": cache}, given, inputs, previous[:, t:t + 1])
     cache = mutated["cache"]
     steps.append(logits)
   return jnp.concatenate(steps, axis=1)

@@ -128,6 +128,7 @@ def test_each_device_gets_its_share_and_grouped_heads_follow_their_queries():
   assert seen == [((1, 8, 1, 8), (1, 8, 1, 8), (1, 8), None)]
 
 
+@pytest.mark.slow  # ~30 s: a train step whose attentions run the splash kernel interpreted, per device.
 def test_mesh_runner_trains_with_splash_as_with_dot_product(monkeypatch):
   """MeshRunner traces its steps with the mesh and rules in context: one training step of `auto` on a (pretended)
   TPU, so splash (interpreted, run per device) for every attention, on data 2 x fsdp 2 x tensor 2, gives

@@ -84,7 +84,10 @@ def test_bits_per_byte_is_the_summed_nll_over_the_bytes(lm, max_length):
   assert 3 < metrics["bits_per_byte"] < 8  # an untrained model: about ln(40) nats per token.
 
 
-@pytest.mark.parametrize("encoding", positional.available())
+# The default run: the encodings that read tables by position (learned, relative) and rotary; the slow run: all.
+@pytest.mark.parametrize("encoding", [
+    pytest.param(name, marks=() if name in ("learned", "relative", "rotary") else pytest.mark.slow)
+    for name in positional.available()])
 def test_every_positional_encoding_evaluates_beyond_the_training_length(lm, encoding):
   """Trained at data.max_length 12, scored at 32 = model.max_length: the tables cover it, learned ones included."""
   _, _, _, datasets, _ = lm

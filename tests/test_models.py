@@ -1,6 +1,7 @@
 """The Transformer's invariances: causality, padding, permutation, caching, packing; every config runs."""
 
 import dataclasses
+import functools
 import inspect
 import pathlib
 
@@ -27,8 +28,11 @@ def source_and_target():
   return tokens(0, (2, 6)), tokens(1, (2, 5))
 
 
-@pytest.mark.parametrize("norm", ["post", "pre"])
-@pytest.mark.parametrize("name", positional.available())
+# Every encoding with pre-norm, and the default sinusoidal with post-norm, in the default run (every encoding with
+# post-norm, the default: test_models_positional.py); every encoding with each norm in the slow run.
+@pytest.mark.parametrize("name, norm", [
+    pytest.param(name, norm, marks=() if norm == "pre" or name == "sinusoidal" else pytest.mark.slow)
+    for norm in ("post", "pre") for name in positional.available()])
 def test_decoder_is_causal(norm, name):
   """Target token j changed, for each j: logits up to j stay, later ones move. One call: the 7 changed copies of the
   2 rows after the rows as they are (rows do not see each other)."""
@@ -196,9 +200,9 @@ def test_model_maps_a_packed_batch_to_its_teacher_forced_call(architecture, args
   assert model.is_encoder_decoder == (architecture == "transformer")
 
 
-# The default run builds the configs that tests and the README train (small, demo, lm_demo); the slow run all of them.
+# The default run builds a translation and a language-model config (small, lm_demo); the slow run every config.
 @pytest.mark.parametrize("config_file", [
-    pytest.param(name, marks=() if name in ("small.py", "demo.py", "lm_demo.py") else pytest.mark.slow)
+    pytest.param(name, marks=() if name in ("small.py", "lm_demo.py") else pytest.mark.slow)
     for name in CONFIGS])
 def test_every_config_builds_and_runs_forward(config_file, repo_root):
   config = config_lib.load(repo_root / "configs" / config_file)
@@ -234,7 +238,8 @@ def test_packed_self_attention_masks_by_index_so_the_kernels_take_it(recorded_ca
   xa, ya, xb, yb = tokens(0, (1, 3)), tokens(1, (1, 4)), tokens(2, (1, 4)), tokens(3, (1, 2))
   params = init(model, xa, ya)
   recorded_calls.clear()
-  packed = model.apply(
+  apply = jax.jit(model.apply)  # shapes used once: compiled rather than run eagerly (traced once, as eagerly).
+  packed = apply(
       params, jnp.concatenate([xa, xb, jnp.zeros((1, 1), jnp.int32)], 1), jnp.concatenate([ya, yb], 1),
       inputs_segmentation=jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]]), targets_segmentation=jnp.array([[1] * 4 + [2] * 2]),
       inputs_positions=jnp.array([[0, 1, 2, 0, 1, 2, 3, 0]]), targets_positions=jnp.array([[0, 1, 2, 3, 0, 1]]))
@@ -245,10 +250,9 @@ def test_packed_self_attention_masks_by_index_so_the_kernels_take_it(recorded_ca
   query = jax.ShapeDtypeStruct((1, 6, 4, 8), jnp.float32)
   assert {auto.choose(query, query, backend="tpu", causal=True, **masking).kernel
           for causal, _, _, masking in recorded_calls if causal} == {"splash"}
-  apply = jax.jit(model.apply)  # shapes used once: compiled rather than run eagerly.
   np.testing.assert_allclose(packed[:, :4], apply(params, xa, ya), atol=1e-5)
   np.testing.assert_allclose(packed[:, 4:], apply(params, xb, yb), atol=1e-5)
-  encoded = model.apply(params, xa, method=model.encode)
+  encoded = jax.jit(functools.partial(model.apply, method=model.encode))(params, xa)
   recorded_calls.clear()
   decode_step_by_step(model, params["params"], encoded, xa, ya[:, :2])
   steps = [(t, s, sorted(masking)) for causal, t, s, masking in recorded_calls if causal]
