@@ -3,18 +3,25 @@ functions: tests/helpers.py)."""
 
 import os
 
-# XLA's LLVM back end at -O0: the optimized HLO, hence the program and its runtime calls (dots, collectives), is the
-# same as at the default level, only its loops are compiled with fewer LLVM passes. Test programs are tiny and
-# compiled once or a few times, so compiling is most of their time: ~30% less of it here (execution ~1.7x slower).
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
-                           " --xla_backend_optimization_level=0").strip()
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# This process only (see below): XLA's LLVM back end at -O0. The optimized HLO, hence the program and its runtime
+# calls (dots, collectives), is the same as at the default level; only its loops are compiled with fewer LLVM passes.
+# Test programs are tiny and compiled once or a few times, so compiling is most of their time: ~30% less of it here
+# (running ~1.7x slower).
+SUBPROCESS_XLA_FLAGS = os.environ["XLA_FLAGS"]
+os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
 
 import pathlib  # noqa: E402
 
 from jformer import runtime  # noqa: E402
 
 runtime.configure_host_allocator()  # faster XLA:CPU steps: no page faults on every call (jformer/runtime.py).
+
+import jax  # noqa: E402
+
+jax.jit(lambda x: x + 1)(0)  # XLA reads XLA_FLAGS once per process, at its first compile: here, with -O0 ...
+os.environ["XLA_FLAGS"] = SUBPROCESS_XLA_FLAGS  # ... while the commands tests start (`jformer train`, ...) run as usual.
 
 import pytest  # noqa: E402
 
