@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import test_attention_variants as matrix
+import helpers as matrix
 from jformer import attention
 from jformer.attention import cudnn
 
@@ -85,7 +85,7 @@ def test_splash_over_several_blocks():
   out, grads = matrix.output_and_grads(lambda *a, **kw: attention.get("splash").fn(*a, **kw, block_q=128,
                                                                                     block_kv=128), q, k, v, kwargs,
                                        rows)
-  want, want_grads = matrix.output_and_grads(attention.get("dot_product").fn, q, k, v, kwargs, rows)
+  want, want_grads = matrix.output_and_grads(attention.get("dot_product").fn, q, k, v, kwargs, rows, jit=False)
   np.testing.assert_allclose(out[rows], want[rows], atol=1e-5)
   matrix.assert_grads_close(grads, want_grads, ("query", "key", "value"))
 
@@ -111,6 +111,7 @@ def run_accelerator_check(*flags):
                         env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, text=True, check=True).stdout
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(jax.default_backend() != "cpu", reason="checks what is skipped on CPU")
 def test_accelerator_check_says_what_it_skips_on_cpu():
   out = run_accelerator_check()

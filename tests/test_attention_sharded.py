@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-import test_parallel as parallel
+from helpers import LAYOUTS, parallel_batch, parallel_config
 from jformer import attention, axes, tasks
 from jformer.attention import auto, sharded
 from jformer.train import optim
@@ -55,21 +55,28 @@ def shardings(mesh, kv_heads):
   return by_heads(2), by_heads(kv_heads), by_heads(kv_heads), NamedSharding(mesh, batch)
 
 
-@pytest.mark.parametrize("mesh_shape", MESHES)
-@pytest.mark.parametrize("kernel", KERNELS)
+# The default run: splash with grouped heads split over tensor devices, splash and pallas_gpu with heads that are not
+# (2 heads on 4 tensor devices); the slow run: every kernel on every mesh.
+DEFAULT = {("splash_gqa", "data2_fsdp2_tensor2"), ("splash", "data2_tensor4"), ("pallas_gpu", "data2_tensor4")}
+
+
+@pytest.mark.parametrize("kernel, mesh_shape", [
+    pytest.param(kernel, mesh_shape, marks=() if (kernel, mesh_shape) in DEFAULT else pytest.mark.slow)
+    for kernel in KERNELS for mesh_shape in MESHES])
 def test_kernel_on_a_mesh_equals_one_device_without_gathering(kernel, mesh_shape):
   name, options, length, kv_heads = KERNELS[kernel]
   mesh = mesh_of(MESHES[mesh_shape])
   args = problem(length, kv_heads)
   want_out, want_grads = jax.jit(output_and_grads(name, options))(*args)
   step = jax.jit(output_and_grads(name, options, mesh), in_shardings=shardings(mesh, kv_heads))
-  out, grads = step(*args)
+  compiled = step.lower(*args).compile()  # compiled once: the program run here is the one inspected below.
+  out, grads = compiled(*args)
   rows = np.asarray(args[3] != 0)
   np.testing.assert_allclose(np.asarray(out)[rows], np.asarray(want_out)[rows], atol=1e-5)
   for got, want in zip(grads, want_grads, strict=True):
     np.testing.assert_allclose(got, want, atol=1e-5)
   assert out.sharding.spec[0] == ("data", "fsdp")  # each device keeps its rows.
-  assert "all-gather" not in step.lower(*args).compile().as_text()
+  assert "all-gather" not in compiled.as_text()
 
 
 def test_without_the_mesh_the_kernel_gathers_its_operands():
@@ -108,6 +115,7 @@ def test_each_device_gets_its_share_and_grouped_heads_follow_their_queries():
   assert seen == [((1, 8, 1, 8), (1, 8, 1, 8), (1, 8), None)]
 
 
+@pytest.mark.slow  # ~30 s: a train step whose attentions run the splash kernel interpreted, per device.
 def test_mesh_runner_trains_with_splash_as_with_dot_product(monkeypatch):
   """The model holds the runner's mesh and passes it to the kernels: one training step of `auto` on a (pretended)
   TPU, so splash (interpreted, run per device) for every attention, on data 2 x fsdp 2 x tensor 2, gives
@@ -119,11 +127,11 @@ def test_mesh_runner_trains_with_splash_as_with_dot_product(monkeypatch):
                       lambda f, **kwargs: specs.append(kwargs["in_specs"][0]) or shard_map(f, **kwargs))
   results = {}
   for name in ("auto", "dot_product"):
-    config = parallel.tiny_config(**parallel.LAYOUTS["data2_fsdp2_tensor2"], **{"model.attention": name})
+    config = parallel_config(**LAYOUTS["data2_fsdp2_tensor2"], **{"model.attention": name})
     model = tasks.build_model(config)
     tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
     runner = make_runner(config, model, tx, schedule, {k: np.zeros((1, 16), np.int32) for k in ("inputs", "targets")})
-    state, metrics = runner.train_step(runner.init_state(jax.random.PRNGKey(0)), parallel.batch(0))
+    state, metrics = runner.train_step(runner.init_state(jax.random.PRNGKey(0)), parallel_batch(0))
     results[name] = metrics["loss"], jax.device_get(state.params)
   # Every call is splash, run per device: in the train step (encoder, decoder, cross-attention) 4 rows and 2 of the
   # 4 heads on each; initialization (traced twice: shapes, then the sharded init) splits only the heads, its 1-row

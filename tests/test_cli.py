@@ -14,6 +14,7 @@ def run(*args, cwd):
                         timeout=300)
 
 
+@pytest.mark.integration
 def test_help_lists_commands(repo_root):
   result = run("--help", cwd=repo_root)
   assert result.returncode == 0
@@ -35,6 +36,7 @@ def test_summary_forward_and_override(repo_root, capsys):
   assert "logits (2, 32, 8000)" in out and "finite=True" in out
 
 
+@pytest.mark.integration
 def test_bad_override_exits_with_message(repo_root):
   result = run("summary", "--config=configs/small.py", "--config.model.num_head=2", cwd=repo_root)
   assert result.returncode != 0

@@ -15,11 +15,13 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from conftest import REPO, tiny_overrides
+from helpers import REPO, tiny_overrides
 from jformer import checkpoint, data, main, tasks
 from jformer import config as config_lib
 from jformer.decode.generator import Generator
 from jformer.train.loop import write_config
+
+pytestmark = pytest.mark.integration  # the commands end to end on run folders.
 
 
 def build_run(workdir, corpus, architecture: str):

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import REPO, tiny_overrides
+from helpers import REPO, finish_processes, tiny_overrides, train_processes
 from jformer import config as config_lib
 from jformer.data import buckets, hosts, pipeline, sources
 from jformer.data.pipeline import TokenizedPairs, token_budget_dataset, token_budget_plan
@@ -215,9 +215,7 @@ def test_jformer_train_with_a_token_budget_resumes_exactly(tiny_corpus, tmp_path
 
 @pytest.mark.slow  # two processes of one job on 2 shared cores.
 def test_two_processes_agree_on_the_bucket_schedule_and_train(tiny_corpus, tmp_path):
-  from test_multiprocess_input import _finish, _train
-
-  results = _finish(_train(tmp_path / "run", tiny_corpus, tmp_path, 2,
+  results = finish_processes(train_processes(tmp_path / "run", tiny_corpus, tmp_path, 2,
                            **{"train.steps": 4, "data.batch_tokens": 256, "data.packing": False}))
   for index, (code, out, err) in enumerate(results):
     assert code == 0, f"process {index} failed:\n{out}\n{err[-3000:]}"

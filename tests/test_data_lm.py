@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 from jax.experimental import multihost_utils
-from conftest import REPO
+from helpers import REPO
 
 from jformer import config as config_lib
 from jformer.data import checks, documents, lm_pipeline, pipeline, preparation, sources, workdir

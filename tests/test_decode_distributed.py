@@ -78,21 +78,36 @@ def model_and_params():
 
 @pytest.fixture(scope="module")
 def one_device(model_and_params):
-  """Each method's translations on one device."""
-  return {method: translate(*model_and_params, method, devices=jax.devices()[:1]) for method in OPTIONS}
+  """Each method's translations on one device, translated when a test first asks for them."""
+
+  class Translations(dict):
+    def __missing__(self, method):
+      self[method] = translate(*model_and_params, method, devices=jax.devices()[:1])
+      return self[method]
+
+  return Translations()
 
 
-def test_one_device_translations_are_diverse(one_device):
-  for method, hypotheses in one_device.items():
-    assert hypotheses[5] == ""  # the blank line.
-    assert len(set(hypotheses)) >= 15, (method, hypotheses)  # a misplaced row would change the list.
-    assert sum(len(set(h.split())) > 1 for h in hypotheses) >= 15, (method, hypotheses)  # not one token repeated.
+@pytest.mark.parametrize("method", [pytest.param(method, marks=() if method == "beam" else pytest.mark.slow)
+                                    for method in OPTIONS])  # beam search (what `jformer translate` does) by default.
+def test_one_device_translations_are_diverse(one_device, method):
+  hypotheses = one_device[method]
+  assert hypotheses[5] == ""  # the blank line.
+  assert len(set(hypotheses)) >= 15, (method, hypotheses)  # a misplaced row would change the list.
+  assert sum(len(set(h.split())) > 1 for h in hypotheses) >= 15, (method, hypotheses)  # not one token repeated.
+
+
+@pytest.mark.slow
+def test_beams_and_sampling_change_the_translations(one_device):
   differ = lambda a, b: sum(x != y for x, y in zip(one_device[a], one_device[b]))
   assert differ("beam", "greedy") >= 3 and differ("sample", "greedy") >= 15  # beams and sampling do something.
 
 
-@pytest.mark.parametrize("method", list(OPTIONS))
-@pytest.mark.parametrize("batch_size", [6, 13])
+# Beam search with batches of 16 rows (2 per device, the last batch padded) in the default run; every method and
+# batch size in the slow run.
+@pytest.mark.parametrize("batch_size, method", [
+    pytest.param(batch_size, method, marks=() if (batch_size, method) == (13, "beam") else pytest.mark.slow)
+    for batch_size in (6, 13) for method in OPTIONS])
 def test_eight_devices_translate_like_one(model_and_params, one_device, method, batch_size):
   """Batches of 8 or 16 rows (6 or 13 rounded up to 8 devices), the last one padded, vs batches of 6 rows."""
   from jformer.tasks import bleu
@@ -116,10 +131,10 @@ def test_row_parallel_pads_splits_and_gathers_in_order():
 
 def test_sampling_with_one_key_per_row_does_not_depend_on_the_other_rows():
   """Rows permuted (with their keys), or half of them decoded alone, sample the same tokens."""
-  import test_decode_sampling
+  from helpers import SamplingStepModel
   from jformer.decode import sample
 
-  model = test_decode_sampling.StepModel(seed=0, batch=16, vocab=7, max_len=10)
+  model = SamplingStepModel(seed=0, batch=16, vocab=7, max_len=10)
   keys = jax.random.split(jax.random.key(3), 16)
 
   def run(rows, row_keys):

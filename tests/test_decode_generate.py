@@ -13,19 +13,25 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import positional_overrides
+from helpers import PLUGIN_NAME, positional_overrides, skip_unless_runs_here
 from jformer import attention, positional, tasks
 from jformer import config as config_lib
 from jformer.decode import generator
 from jformer.decode.translator import Translator
 from jformer.ops.tokens import EOS_ID, PAD_ID
-from test_attention_variants import skip_unless_runs_here
-from test_plugins import NAME as PLUGIN_NAME
-from test_plugins import plugin_registry  # noqa: F401 (a fixture)
 
 DEMO = pathlib.Path(__file__).resolve().parents[1] / "configs" / "small.py"
 VOCAB, PROMPT, NEW = 50, 5, 8
 DECODING = [n for n in attention.available() if {"causal", "positions", "decode"} <= attention.get(n).supports]
+# Cached generation in the default run: the default variant, a window and a linear kernel (the variants whose decode
+# steps see the cache differently), and the encodings that act inside attention (a rotation, a bias). Every variant
+# and encoding in the slow run; each variant's decode steps (test_attention_variants.py) and each encoding's cached
+# decoding in a translation model (test_models.py) in the default run too.
+DEFAULT_VARIANTS, DEFAULT_ENCODINGS = ("dot_product", "local", "linear"), ("rotary", "alibi")
+
+
+def default_or_slow(names, default):
+  return [pytest.param(name, marks=() if name in default else pytest.mark.slow) for name in names]
 
 
 def lm_config(**overrides):
@@ -61,13 +67,14 @@ def check_cached_generation_equals_full_forward(model, params):
   out = np.asarray(jax.jit(functools.partial(generator.generate_ids, model, max_new_tokens=NEW, method="greedy"))(
       params, x))
   tokens = jnp.concatenate([x, jnp.asarray(out)], axis=1)
-  full = np.asarray(model.apply({"params": params}, tokens))  # position i predicts tokens[:, i]
+  full = np.asarray(jax.jit(model.apply)({"params": params}, tokens))  # position i predicts tokens[:, i]
   assert len(set(out[0, :until_eos(out[0])].tolist())) >= 3, out  # not one token repeated: a test that can fail
   for b in range(x.shape[0]):
     n = until_eos(out[b])
     np.testing.assert_array_equal(out[b, :n], np.argmax(full[b, PROMPT:PROMPT + n, 1:], axis=-1) + 1)
 
-  cache, start, prefill_logits = generator.prefill(model, params, x, PROMPT + NEW)
+  cache, start, prefill_logits = jax.jit(functools.partial(generator.prefill, model, cache_length=PROMPT + NEW))(
+      params, x)
   np.testing.assert_array_equal(start, x[:, -1])
   np.testing.assert_allclose(prefill_logits, full[:, :PROMPT], atol=1e-4)
   feed = jax.jit(functools.partial(generator.feed, model))
@@ -81,7 +88,7 @@ def check_cached_generation_equals_full_forward(model, params):
     np.testing.assert_allclose(steps[b, :n], full[b, PROMPT:PROMPT + n], atol=1e-4)
 
 
-@pytest.mark.parametrize("name", DECODING)
+@pytest.mark.parametrize("name", default_or_slow(DECODING, DEFAULT_VARIANTS))
 def test_cached_generation_equals_full_forward_for_every_decoding_variant(name):
   variant = attention.get(name)
   skip_unless_runs_here(variant)
@@ -89,12 +96,12 @@ def test_cached_generation_equals_full_forward_for_every_decoding_variant(name):
   check_cached_generation_equals_full_forward(*lm_and_params(**{"model.attention": name, **options}))
 
 
-@pytest.mark.parametrize("name", positional.available())
+@pytest.mark.parametrize("name", default_or_slow(positional.available(), DEFAULT_ENCODINGS))
 def test_cached_generation_equals_full_forward_for_every_positional_encoding(name):
   check_cached_generation_equals_full_forward(*lm_and_params(**positional_overrides(name)))
 
 
-def test_cached_generation_equals_full_forward_for_a_plugin_variant(plugin_registry):  # noqa: F811
+def test_cached_generation_equals_full_forward_for_a_plugin_variant(plugin_registry):
   check_cached_generation_equals_full_forward(*lm_and_params(**{"model.attention": PLUGIN_NAME}))
 
 

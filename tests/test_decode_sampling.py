@@ -9,20 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import test_decode_search as search_tests
+from helpers import EOS
+from helpers import SamplingStepModel as StepModel
 from jformer.decode import NEG_INF, filter_logits, greedy_search, sample
-
-EOS = 1
-
-
-class StepModel(search_tests.StepModel):
-  """The search tests' table model with softer EOS logits: drawn + 6 where boosted, drawn - 3 elsewhere."""
-
-  def __init__(self, seed, batch, vocab, max_len, eos_rate=0.1):
-    super().__init__(seed, batch, vocab, max_len, eos_rate)
-
-  def eos_logits(self, drawn, boosted):
-    return drawn + np.where(boosted, 6.0, -3.0)
 
 
 def run_sample(model, seed=0, max_lengths=None, **kwargs):

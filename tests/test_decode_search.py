@@ -10,20 +10,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from helpers import EOS, StepModel, log_softmax
 from jformer.decode import NEG_INF, beam_search, flat_batch_beam_expand, greedy_search, length_penalty
 from jformer.decode import common
-
-EOS = 1
 
 
 def lp(n, alpha):
   return ((5.0 + n) / 6.0) ** alpha
-
-
-def log_softmax(x):
-  x = np.asarray(x, np.float64)
-  x = x - x.max()
-  return x - np.log(np.exp(x).sum())
 
 
 class PrefixModel:
@@ -86,44 +79,6 @@ class PrefixModel:
       if t == EOS:
         break
     return tuple(seq)
-
-
-class StepModel:
-  """Logits from a fixed random table indexed by row, step (a scalar in the cache) and previous token.
-
-  EOS has logit -20 (never among the two best) except in a few table entries where it has +20 (the certain best).
-  """
-
-  def __init__(self, seed, batch, vocab, max_len, eos_rate=0.15):
-    rng = np.random.default_rng(seed)
-    self.batch, self.vocab, self.max_len = batch, vocab, max_len
-    table = rng.normal(size=(batch, max_len, vocab, vocab)) * 1.5
-    table[..., EOS] = self.eos_logits(table[..., EOS], rng.random(table.shape[:-1]) < eos_rate)
-    self.table = table
-
-  def eos_logits(self, drawn, boosted):
-    """EOS logits of the table from the drawn ones and where EOS is boosted: +-20 here."""
-    del drawn
-    return np.where(boosted, 20.0, -20.0)
-
-  def init_cache(self):
-    return {"row": jnp.arange(self.batch, dtype=jnp.int32), "index": jnp.int32(0)}
-
-  def step(self, ids, cache):
-    logits = jnp.asarray(self.table, jnp.float32)[cache["row"], cache["index"], ids[:, 0]]
-    return logits, {"row": cache["row"], "index": cache["index"] + 1}
-
-  def np_greedy(self, b, limit=None):
-    seq, prev, logp = [], 0, 0.0
-    while len(seq) < self.max_len:
-      lps = log_softmax(self.table[b, len(seq), prev])
-      t = EOS if limit is not None and len(seq) + 1 >= limit else int(np.argmax(lps))
-      seq.append(t)
-      logp += lps[t]
-      prev = t
-      if t == EOS:
-        break
-    return tuple(seq), logp
 
 
 def run_beam(model, max_lengths=None, **kwargs):

@@ -6,16 +6,16 @@ import sys
 
 import pytest
 
-from conftest import tiny_overrides
+from helpers import REPO, tiny_overrides
 from jformer import config as config_lib
 from jformer import main
 from jformer.train.loop import train_and_evaluate
 
+pytestmark = pytest.mark.integration  # a trained run, and `jformer evaluate` as a command.
+
 
 @pytest.fixture(scope="module")
 def translation_run(tiny_corpus, tmp_path_factory):
-  from conftest import REPO
-
   workdir = tmp_path_factory.mktemp("translation_run")
   results = train_and_evaluate(config_lib.load(REPO / "configs" / "small.py", tiny_overrides(tiny_corpus)),
                                str(workdir))

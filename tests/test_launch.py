@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import tiny_overrides
+from helpers import tiny_overrides
 from launch import cli, events, report, runs, sweep
 from launch.backends import slurm, tpu_vm
 
@@ -162,6 +162,7 @@ def test_event_files_read_without_tensorflow(tmp_path):
   assert events.scalars(str(tmp_path)) == {"train/loss": [(1, 5.0), (2, 3.5)]}
 
 
+@pytest.mark.integration
 def test_local_sweep_runs_resumes_skips_and_reports(repo_root, tiny_corpus, tmp_path, monkeypatch, capsys):
   monkeypatch.chdir(repo_root)
   root = tmp_path / "runs"

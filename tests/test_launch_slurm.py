@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from conftest import REPO, tiny_overrides
+from helpers import REPO, tiny_overrides
 from launch import runs
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SCRIPT = REPO / "launch" / "testing" / "slurm_single_node.sh"
 BINARIES = ("slurmctld", "slurmd", "sbatch", "squeue", "munged")

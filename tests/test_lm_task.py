@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import positional_overrides
+from helpers import direct_nats, positional_overrides
 from jformer import config as config_lib
 from jformer import positional, tasks
 from jformer.data.baselines import split_text_bytes, xz_bits_per_byte
@@ -57,19 +57,6 @@ def documents(rng, lengths):
   return [("d" * n + "é" * (n % 3), list(rng.integers(3, 40, n - 1)) + [EOS_ID]) for n in lengths]
 
 
-def direct_nats(apply, params, ids, max_length):
-  """Summed NLL (nats) of document `ids` read in pieces of `max_length`, each on its own (the model puts BOS in
-  front): log-softmax of the full logits of `apply` (a jitted `model.apply`), no eval step, no padding, no
-  batching."""
-  total = 0.0
-  for start in range(0, len(ids), max_length):
-    piece = np.asarray(ids[start:start + max_length])
-    logits = apply({"params": params}, piece[None])
-    log_probs = jax.nn.log_softmax(np.asarray(logits, np.float64)[0], axis=-1)
-    total -= float(np.sum(log_probs[np.arange(len(piece)), piece]))
-  return total
-
-
 @pytest.fixture(scope="module")
 def lm():
   config = tiny_lm_config()
@@ -96,7 +83,10 @@ def test_bits_per_byte_is_the_summed_nll_over_the_bytes(lm, max_length):
   assert 3 < metrics["bits_per_byte"] < 8  # an untrained model: about ln(40) nats per token.
 
 
-@pytest.mark.parametrize("encoding", positional.available())
+# The default run: the encodings that read tables by position (learned, relative) and rotary; the slow run: all.
+@pytest.mark.parametrize("encoding", [
+    pytest.param(name, marks=() if name in ("learned", "relative", "rotary") else pytest.mark.slow)
+    for name in positional.available()])
 def test_every_positional_encoding_evaluates_beyond_the_training_length(lm, encoding):
   """Trained at data.max_length 12, scored at 32 = model.max_length: the tables cover it, learned ones included."""
   _, _, _, datasets, _ = lm

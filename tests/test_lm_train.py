@@ -11,14 +11,14 @@ import sys
 import jax
 import numpy as np
 import pytest
-from conftest import REPO
-from test_lm_task import direct_nats
-from test_train_loop import assert_same_params, final_params
+from helpers import REPO, assert_same_params, direct_nats, final_params
 
 from jformer import checkpoint, data, main, tasks
 from jformer import config as config_lib
 from jformer.ops.tokens import EOS_ID
 from jformer.train.loop import train_and_evaluate
+
+pytestmark = pytest.mark.integration  # a trained run.
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """The Transformer's invariances: causality, padding, permutation, caching, packing; every config runs."""
 
 import dataclasses
+import functools
 import inspect
 import pathlib
 
@@ -10,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import positional_overrides
+from helpers import decode_step_by_step, init, positional_overrides, tiny, tokens
 from jformer import config as config_lib
 from jformer import attention, positional, tasks
 from jformer.attention import auto
@@ -20,47 +21,28 @@ from jformer.decode.translator import init_cache
 CONFIGS = sorted(p.name for p in (pathlib.Path(__file__).resolve().parents[1] / "configs").glob("*.py"))
 
 
-def tiny(**overrides):
-  base = {"model.vocab_size": 50, "model.d_model": 32, "model.num_heads": 4, "model.d_ff": 64,
-          "model.num_encoder_layers": 2, "model.num_decoder_layers": 2, "model.max_length": 32,
-          "data.max_length": 32, "model.dropout_rate": 0.1}
-  base.update(overrides)
-  config = config_lib.load(pathlib.Path(__file__).resolve().parents[1] / "configs" / "small.py", base)
-  return tasks.build_model(config)
+def source_and_target():
+  """The `[2, 6]` sources and `[2, 5]` targets most tests share: the models run eagerly, and JAX compiles each op
+  for each new shape (seconds for a model), then reuses it."""
+  return tokens(0, (2, 6)), tokens(1, (2, 5))
 
 
-def init(model, inputs, targets, seed=0):
-  return nn.meta.unbox(model.init(jax.random.PRNGKey(seed), inputs, targets))
-
-
-def tokens(seed, shape, vocab=50):
-  return jax.random.randint(jax.random.PRNGKey(seed), shape, 1, vocab)
-
-
-def decode_step_by_step(model, params, encoded, inputs, targets, encoded_at_steps=None):
-  """Logits `[B, T, V]` of `targets` fed one token per cached decode step (`encoded_at_steps`: the encoder
-  output given to the steps, default `encoded`; the cache is built from `encoded`)."""
-  cache = init_cache(model, params, encoded, inputs, targets.shape[1])
-  previous = jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]
-  steps = []
-  for t in range(targets.shape[1]):
-    logits, mutated = model.apply({"params": params, "cache": cache},
-                                  encoded if encoded_at_steps is None else encoded_at_steps, inputs,
-                                  previous[:, t:t + 1], decode=True, method=model.decode, mutable=["cache"])
-    cache = mutated["cache"]
-    steps.append(logits)
-  return jnp.concatenate(steps, axis=1)
-
-
-@pytest.mark.parametrize("norm", ["post", "pre"])
-@pytest.mark.parametrize("name", positional.available())
+# Every encoding with pre-norm, and the default sinusoidal with post-norm, in the default run (every encoding with
+# post-norm, the default: test_models_positional.py); every encoding with each norm in the slow run.
+@pytest.mark.parametrize("name, norm", [
+    pytest.param(name, norm, marks=() if norm == "pre" or name == "sinusoidal" else pytest.mark.slow)
+    for norm in ("post", "pre") for name in positional.available()])
 def test_decoder_is_causal(norm, name):
+  """Target token j changed, for each j: logits up to j stay, later ones move. One call: the 7 changed copies of the
+  2 rows after the rows as they are (rows do not see each other)."""
   model = tiny(**{"model.norm": norm, **positional_overrides(name)})
   x, y = tokens(0, (2, 6)), tokens(1, (2, 7))
   params = init(model, x, y)
-  base = model.apply(params, x, y)
+  changed_at = [y.at[:, j].set(y[:, j] % 49 + 1) for j in range(7)]
+  logits = model.apply(params, jnp.tile(x, (8, 1)), jnp.concatenate([y] + changed_at)).reshape(8, 2, 7, -1)
+  base = logits[0]
   for j in range(7):
-    changed = model.apply(params, x, y.at[:, j].set(y[:, j] % 49 + 1))
+    changed = logits[j + 1]
     np.testing.assert_allclose(changed[:, :j + 1], base[:, :j + 1], atol=1e-5)  # logits <= j: unchanged.
     if j < 6:
       assert np.abs(np.asarray(changed[:, j + 1:] - base[:, j + 1:])).max() > 1e-4
@@ -74,14 +56,13 @@ def test_causality_by_gradient():
   params = init(model, x, y)
   embed = params["params"]["target_embedding"]["embedding"]
 
-  def logits_sum_at(i):
-    def run(delta):
-      perturbed = {"params": dict(params["params"], target_embedding={"embedding": embed + delta})}
-      return model.apply(perturbed, x, y)[0, i].sum()
-    return jax.grad(run)(jnp.zeros_like(embed))
+  def logits_sums(delta):  # [6]: the sum of the logits at each position.
+    perturbed = {"params": dict(params["params"], target_embedding={"embedding": embed + delta})}
+    return model.apply(perturbed, x, y)[0].sum(-1)
 
+  grads = np.asarray(jax.jit(jax.jacrev(logits_sums))(jnp.zeros_like(embed)))  # [6, V, D]: row i: d sum i.
   for i in range(6):
-    grad = np.asarray(logits_sum_at(i))
+    grad = grads[i]
     for j in range(6):
       influence = np.abs(grad[int(y[0, j])]).max()
       if j >= i:
@@ -92,7 +73,7 @@ def test_causality_by_gradient():
 
 def test_source_padding_invariance():
   model = tiny()
-  x, y = tokens(0, (2, 5)), tokens(1, (2, 4))
+  x, y = source_and_target()
   params = init(model, x, y)
   base = model.apply(params, x, y)
   padded = jnp.pad(x, ((0, 0), (0, 4)))
@@ -101,15 +82,15 @@ def test_source_padding_invariance():
 
 def test_target_padding_does_not_change_real_positions():
   model = tiny()
-  x, y = tokens(0, (2, 5)), tokens(1, (2, 4))
+  x, y = source_and_target()
   params = init(model, x, y)
   base = model.apply(params, x, y)
-  np.testing.assert_allclose(model.apply(params, x, jnp.pad(y, ((0, 0), (0, 3))))[:, :4], base, atol=1e-5)
+  np.testing.assert_allclose(model.apply(params, x, jnp.pad(y, ((0, 0), (0, 3))))[:, :5], base, atol=1e-5)
 
 
 def test_encoder_without_positions_is_permutation_equivariant():
   model = tiny(**{"model.positional": "none"})
-  x, y = tokens(0, (2, 6)), tokens(1, (2, 4))
+  x, y = source_and_target()
   params = init(model, x, y)
   perm = np.array([3, 0, 5, 1, 4, 2])
   enc = model.apply(params, x, method=model.encode)
@@ -120,17 +101,21 @@ def test_encoder_without_positions_is_permutation_equivariant():
 
 def test_encoder_with_positions_is_not_permutation_equivariant():
   model = tiny()
-  x, y = tokens(0, (2, 6)), tokens(1, (2, 4))
+  x, y = source_and_target()
   params = init(model, x, y)
   perm = np.array([3, 0, 5, 1, 4, 2])
   enc = model.apply(params, x, method=model.encode)
   assert np.abs(np.asarray(model.apply(params, x[:, perm], method=model.encode) - enc[:, perm])).max() > 1e-3
 
 
-@pytest.mark.parametrize("name", positional.available())
+# With pre-norm: the encodings that act inside attention (rotary, alibi) in the default run, every encoding in the
+# slow run (each with post-norm, the default, in the default run: test_models_positional.py).
+@pytest.mark.parametrize("name", [pytest.param(name, marks=() if name in ("rotary", "alibi") else pytest.mark.slow)
+                                  for name in positional.available()])
 def test_cached_decoding_equals_full_forward(name):
   model = tiny(**{"model.norm": "pre", **positional_overrides(name)})
-  x, y = tokens(0, (2, 6)).at[1, 4:].set(0), tokens(1, (2, 5))
+  x, y = source_and_target()
+  x = x.at[1, 4:].set(0)
   params = init(model, x, y)
   full = model.apply(params, x, y)
   encoded = model.apply(params, x, method=model.encode)
@@ -140,7 +125,7 @@ def test_cached_decoding_equals_full_forward(name):
 def test_decoding_projects_the_encoder_output_once():
   """Encoder-decoder keys/values are projected when the cache is created; decode steps read them from the cache."""
   model = tiny()
-  x, y = tokens(0, (2, 6)), tokens(1, (2, 4))
+  x, y = source_and_target()
   params = init(model, x, y)["params"]
   encoded = model.apply({"params": params}, x, method=model.encode)
   cache = init_cache(model, params, encoded, x, y.shape[1])
@@ -156,17 +141,18 @@ def test_packed_rows_equal_separate_examples():
   model = tiny(**{"model.positional": "rotary"})
   xa, ya, xb, yb = tokens(0, (1, 3)), tokens(1, (1, 4)), tokens(2, (1, 4)), tokens(3, (1, 2))
   params = init(model, xa, ya)
-  packed = model.apply(
+  apply = jax.jit(model.apply)  # three shapes, each used once: compiling beats running new shapes eagerly.
+  packed = apply(
       params, jnp.concatenate([xa, xb, jnp.zeros((1, 1), jnp.int32)], 1), jnp.concatenate([ya, yb], 1),
       inputs_segmentation=jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]]), targets_segmentation=jnp.array([[1] * 4 + [2] * 2]),
       inputs_positions=jnp.array([[0, 1, 2, 0, 1, 2, 3, 0]]), targets_positions=jnp.array([[0, 1, 2, 3, 0, 1]]))
-  np.testing.assert_allclose(packed[:, :4], model.apply(params, xa, ya), atol=1e-5)
-  np.testing.assert_allclose(packed[:, 4:], model.apply(params, xb, yb), atol=1e-5)
+  np.testing.assert_allclose(packed[:, :4], apply(params, xa, ya), atol=1e-5)
+  np.testing.assert_allclose(packed[:, 4:], apply(params, xb, yb), atol=1e-5)
 
 
 def test_dropout_is_active_only_when_not_deterministic():
   model = tiny()
-  x, y = tokens(0, (2, 5)), tokens(1, (2, 4))
+  x, y = source_and_target()
   params = init(model, x, y)
   a = model.apply(params, x, y, deterministic=False, rngs={"dropout": jax.random.PRNGKey(1)})
   b = model.apply(params, x, y, deterministic=False, rngs={"dropout": jax.random.PRNGKey(2)})
@@ -216,7 +202,10 @@ def test_model_maps_a_packed_batch_to_its_teacher_forced_call(architecture, args
   assert model.is_encoder_decoder == (architecture == "transformer")
 
 
-@pytest.mark.parametrize("config_file", CONFIGS)
+# The default run builds a translation and a language-model config (small, lm_demo); the slow run every config.
+@pytest.mark.parametrize("config_file", [
+    pytest.param(name, marks=() if name in ("small.py", "lm_demo.py") else pytest.mark.slow)
+    for name in CONFIGS])
 def test_every_config_builds_and_runs_forward(config_file, repo_root):
   config = config_lib.load(repo_root / "configs" / config_file)
   model = tasks.build_model(config)
@@ -251,7 +240,8 @@ def test_packed_self_attention_masks_by_index_so_the_kernels_take_it(recorded_ca
   xa, ya, xb, yb = tokens(0, (1, 3)), tokens(1, (1, 4)), tokens(2, (1, 4)), tokens(3, (1, 2))
   params = init(model, xa, ya)
   recorded_calls.clear()
-  packed = model.apply(
+  apply = jax.jit(model.apply)  # shapes used once: compiled rather than run eagerly (traced once, as eagerly).
+  packed = apply(
       params, jnp.concatenate([xa, xb, jnp.zeros((1, 1), jnp.int32)], 1), jnp.concatenate([ya, yb], 1),
       inputs_segmentation=jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]]), targets_segmentation=jnp.array([[1] * 4 + [2] * 2]),
       inputs_positions=jnp.array([[0, 1, 2, 0, 1, 2, 3, 0]]), targets_positions=jnp.array([[0, 1, 2, 3, 0, 1]]))
@@ -262,9 +252,9 @@ def test_packed_self_attention_masks_by_index_so_the_kernels_take_it(recorded_ca
   query = jax.ShapeDtypeStruct((1, 6, 4, 8), jnp.float32)
   assert {auto.choose(query, query, backend="tpu", causal=True, **masking).kernel
           for causal, _, _, masking in recorded_calls if causal} == {"splash"}
-  np.testing.assert_allclose(packed[:, :4], model.apply(params, xa, ya), atol=1e-5)
-  np.testing.assert_allclose(packed[:, 4:], model.apply(params, xb, yb), atol=1e-5)
-  encoded = model.apply(params, xa, method=model.encode)
+  np.testing.assert_allclose(packed[:, :4], apply(params, xa, ya), atol=1e-5)
+  np.testing.assert_allclose(packed[:, 4:], apply(params, xb, yb), atol=1e-5)
+  encoded = jax.jit(functools.partial(model.apply, method=model.encode))(params, xa)
   recorded_calls.clear()
   decode_step_by_step(model, params["params"], encoded, xa, ya[:, :2])
   steps = [(t, s, sorted(masking)) for causal, t, s, masking in recorded_calls if causal]
@@ -281,5 +271,6 @@ def test_packed_language_model_calls_attention_without_positions(recorded_calls)
                        positions=jnp.array([[0, 1, 2, 3, 0, 1]]))
   assert [(causal, t, sorted(masking)) for causal, t, _, masking in recorded_calls] == (
       [(True, 6, ["kv_segment_ids", "q_segment_ids"])] * 2)
-  np.testing.assert_allclose(packed[:, :4], model.apply(params, ya), atol=1e-5)
-  np.testing.assert_allclose(packed[:, 4:], model.apply(params, yb), atol=1e-5)
+  apply = jax.jit(model.apply)  # shapes used once: compiled rather than run eagerly.
+  np.testing.assert_allclose(packed[:, :4], apply(params, ya), atol=1e-5)
+  np.testing.assert_allclose(packed[:, 4:], apply(params, yb), atol=1e-5)

@@ -3,6 +3,7 @@ count through the model's invariances (causality, cache, packing, padding); wher
 config asks of the attention variant. The pure functions: test_ops_positional.py; the registry and encodings
 registered by a test: test_positional.py.
 
+The default run takes each encoding with one key/value head count (ENCODING_X_KV_HEADS), the slow run all of them.
 The model checks run eagerly: for models this small an eager apply (~0.1 s once the op cache is warm) is
 cheaper than compiling each of the 18 configurations.
 """
@@ -17,15 +18,20 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import positional_overrides
+from helpers import decode_step_by_step, positional_overrides
 from jformer import config as config_lib
 from jformer import positional, tasks
 from jformer.attention import registry
-from test_models import decode_step_by_step
 
 ENCODINGS = positional.available()
 HEADS = 4
 KV_HEADS = [HEADS, 2, 1]
+# Every encoding x key/value head count in the slow run; in the default run each encoding with one count, the
+# counts taken in turn (2, 1, 4, 2, ...: grouped for alibi, relative and rotary, whose biases and rotations are per
+# head).
+ENCODING_X_KV_HEADS = [
+    pytest.param(name, kv_heads, marks=() if kv_heads == [2, 1, HEADS][index % 3] else pytest.mark.slow)
+    for index, name in enumerate(ENCODINGS) for kv_heads in KV_HEADS]
 DEMO = pathlib.Path(__file__).resolve().parents[1] / "configs" / "small.py"
 
 
@@ -160,8 +166,7 @@ def test_grouped_query_attention_is_multi_head_attention_with_shared_key_value_h
 # ---------------------------------------------------------------------------------------------- invariances
 
 
-@pytest.mark.parametrize("kv_heads", KV_HEADS)
-@pytest.mark.parametrize("name", ENCODINGS)
+@pytest.mark.parametrize("name, kv_heads", ENCODING_X_KV_HEADS)
 def test_decoder_is_causal(name, kv_heads):
   """Row 0 as is; rows 1 and 2 with target token 0, resp. 3, changed: logits up to it stay, later ones move."""
   model, variables = model_and_params(name, kv_heads)
@@ -174,8 +179,7 @@ def test_decoder_is_causal(name, kv_heads):
     assert np.abs(np.asarray(logits[row, j + 1:] - logits[0, j + 1:])).max() > 1e-4
 
 
-@pytest.mark.parametrize("kv_heads", KV_HEADS)
-@pytest.mark.parametrize("name", ENCODINGS)
+@pytest.mark.parametrize("name, kv_heads", ENCODING_X_KV_HEADS)
 def test_cached_decoding_equals_full_forward(name, kv_heads):
   model, variables = model_and_params(name, kv_heads)
   x, y = source_and_target()
@@ -184,8 +188,7 @@ def test_cached_decoding_equals_full_forward(name, kv_heads):
   np.testing.assert_allclose(decode_step_by_step(model, variables["params"], encoded, x, y), full, atol=1e-4)
 
 
-@pytest.mark.parametrize("kv_heads", KV_HEADS)
-@pytest.mark.parametrize("name", ENCODINGS)
+@pytest.mark.parametrize("name, kv_heads", ENCODING_X_KV_HEADS)
 def test_packed_rows_equal_separate_padded_examples(name, kv_heads):
   """Row 0 packs examples a and b; rows 1 and 2 hold a and b alone, padded: one call, three rows."""
   model, variables = model_and_params(name, kv_heads)
@@ -203,8 +206,7 @@ def test_packed_rows_equal_separate_padded_examples(name, kv_heads):
   np.testing.assert_allclose(logits[0, 4:], logits[2, :2], atol=1e-5)
 
 
-@pytest.mark.parametrize("kv_heads", KV_HEADS)
-@pytest.mark.parametrize("name", ENCODINGS)
+@pytest.mark.parametrize("name, kv_heads", ENCODING_X_KV_HEADS)
 def test_source_padding_invariance(name, kv_heads):
   model, variables = model_and_params(name, kv_heads)
   short, y = tokens(0, (3, 5)), source_and_target()[1]

@@ -4,10 +4,8 @@ checkpoint's data position refused under another process count; end to end with 
 
 from __future__ import annotations
 
+import collections
 import os
-import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -16,23 +14,65 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import REPO, tiny_overrides
-from jformer import checkpoint
+from helpers import finish_processes, train_processes
+from jformer import checkpoint, coordination
 from jformer.data import preparation
 
 
-@pytest.mark.parametrize("index", [0, 1])
-def test_process_0_prepares_first_then_the_others(monkeypatch, index):
-  events = []
+class FakeCoordination:
+  """The coordination service's key-value store of one job, in a dict; a blocking get of a key not yet set fails
+  (in these one-process tests, process 0's part has run before the other's)."""
+
+  def __init__(self):
+    self.store, self.events = {}, []
+
+  def key_value_set(self, key, value):
+    self.events.append(f"set {key}")
+    self.store[key] = value
+
+  def blocking_key_value_get(self, key, timeout_in_ms):
+    self.events.append(f"waited for {key}")
+    assert timeout_in_ms >= 3600 * 1000  # a preparation may take hours, a device collective would time out.
+    return self.store[key]
+
+
+@pytest.fixture
+def job(monkeypatch):
+  """Two processes, this one's index set by the test: `job(index)`; the coordination service faked."""
+  fake = FakeCoordination()
+  monkeypatch.setattr(coordination, "_client", lambda: fake)
   monkeypatch.setattr(jax, "process_count", lambda: 2)
-  monkeypatch.setattr(jax, "process_index", lambda: index)
-  monkeypatch.setattr(preparation.multihost_utils, "sync_global_devices", lambda name: events.append(name))
-  assert preparation.process_0_first(lambda: events.append("prepare") or 7, "prepared") == 7
-  assert events == (["prepare", "prepared"] if index == 0 else ["prepared", "prepare"])
+
+  def as_process(index):
+    monkeypatch.setattr(jax, "process_index", lambda: index)
+    monkeypatch.setattr(coordination, "_CALLS", collections.Counter())  # each process counts its own calls.
+    return fake
+
+  return as_process
 
 
-def test_one_process_prepares_without_a_barrier(monkeypatch):
-  monkeypatch.setattr(preparation.multihost_utils, "sync_global_devices", lambda name: pytest.fail("barrier"))
+def test_process_0_prepares_first_then_the_others(job):
+  fake = job(0)
+  assert preparation.process_0_first(lambda: fake.events.append("prepare") or 7, "prepared") == 7
+  job(1)  # the other process, after process 0: waits for its outcome through the store, then prepares (reuses).
+  assert preparation.process_0_first(lambda: fake.events.append("prepare") or 7, "prepared") == 7
+  assert fake.events == ["prepare", "set jformer/prepared/1", "waited for jformer/prepared/1", "prepare"]
+
+
+def test_a_failed_preparation_stops_every_process_with_its_line(job):
+  def fails():
+    raise ValueError("no space left on the device of /data/tfds while preparing the data")
+
+  job(0)
+  with pytest.raises(ValueError, match="no space left on the device of /data/tfds"):
+    preparation.process_0_first(fails, "prepared again")
+  job(1)
+  with pytest.raises(ValueError, match="^no space left on the device of /data/tfds while preparing the data$"):
+    preparation.process_0_first(lambda: pytest.fail("prepared after process 0 failed"), "prepared again")
+
+
+def test_one_process_prepares_without_waiting(monkeypatch):
+  monkeypatch.setattr(coordination, "_client", lambda: pytest.fail("coordination service asked"))
   assert preparation.process_0_first(lambda: 7, "prepared") == 7
 
 
@@ -65,6 +105,7 @@ def test_folder_lock_makes_preparations_take_turns(tmp_path):
 
 
 def test_a_checkpoint_of_another_process_count_is_refused(tmp_path, monkeypatch):
+  monkeypatch.setattr(coordination, "_client", FakeCoordination)  # process 0 verifies the step, "shares" it.
   iterator = iter(grain.MapDataset.range(10).to_iter_dataset())
   next(iterator)
   with checkpoint.Checkpointer(tmp_path / "ckpt", async_save=False) as ckpt:
@@ -79,65 +120,10 @@ def test_a_checkpoint_of_another_process_count_is_refused(tmp_path, monkeypatch)
     assert next(restored) == 1
 
 
-# Counts, per process, the one-time preparations (tokenizer training, tfds builds), then runs the CLI.
-COUNTING_CLI = """
-import os, runpy, sys
-from jformer.data import parallel_text, tokenizer
-
-def counted(name, fn):
-  def wrapper(*args, **kwargs):
-    with open(os.environ["CALLS_LOG"], "a") as log:
-      log.write(name + "\\n")
-    return fn(*args, **kwargs)
-  return wrapper
-
-tokenizer.train_tokenizer = counted("train_tokenizer", tokenizer.train_tokenizer)
-parallel_text.ParallelText._split_generators = counted("tfds_build", parallel_text.ParallelText._split_generators)
-sys.argv[0] = "jformer"
-runpy.run_module("jformer.main", run_name="__main__")
-"""
-
-
-def _free_port() -> int:
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    return s.getsockname()[1]
-
-
-def _train(workdir, corpus, tmp_path, processes: int, **overrides) -> list[subprocess.Popen]:
-  """Starts `jformer train` (tiny config) as `processes` processes of one job on `workdir`, 1 CPU device each."""
-  port = _free_port()
-  args = ["train", f"--config={REPO / 'configs' / 'small.py'}", f"--workdir={workdir}"]
-  args += [f"--config.{k}={v}" for k, v in tiny_overrides(corpus, **overrides).items()]
-  procs = []
-  for index in range(processes):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_PLATFORMS="cpu",
-               PYTHONPATH=str(REPO), CALLS_LOG=str(tmp_path / f"calls_{processes}_{index}.txt"))
-    if processes > 1:
-      env.update(JFORMER_COORDINATOR_ADDRESS=f"localhost:{port}", JFORMER_NUM_PROCESSES=str(processes),
-                 JFORMER_PROCESS_ID=str(index))
-    procs.append(subprocess.Popen([sys.executable, "-c", COUNTING_CLI, *args], cwd=REPO, env=env, text=True,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-  return procs
-
-
-def _finish(procs) -> list[tuple[int, str, str]]:
-  results = []
-  for proc in procs:
-    try:
-      out, err = proc.communicate(timeout=300)
-    except subprocess.TimeoutExpired:
-      for p in procs:
-        p.kill()
-      raise
-    results.append((proc.returncode, out, err))
-  return results
-
-
 @pytest.mark.slow
 def test_two_processes_on_one_fresh_workdir_prepare_once_train_and_resume(tiny_corpus, tmp_path):
   workdir = tmp_path / "run"
-  results = _finish(_train(workdir, tiny_corpus, tmp_path, 2, **{"train.steps": 3}))
+  results = finish_processes(train_processes(workdir, tiny_corpus, tmp_path, 2, **{"train.steps": 3}))
   for index, (code, out, err) in enumerate(results):
     assert code == 0, f"process {index} failed:\n{out}\n{err[-3000:]}"
   chief = results[0][1]
@@ -152,12 +138,12 @@ def test_two_processes_on_one_fresh_workdir_prepare_once_train_and_resume(tiny_c
   assert data_files == ["process_0-of-2.json", "process_1-of-2.json"]  # one input position per host.
 
   # One process cannot take over the data position of two.
-  [(code, out, err)] = _finish(_train(workdir, tiny_corpus, tmp_path, 1, **{"train.steps": 6}))
+  [(code, out, err)] = finish_processes(train_processes(workdir, tiny_corpus, tmp_path, 1, **{"train.steps": 6}))
   assert code != 0 and "holds the input positions of 2 processes, but this run has 1" in err, err[-3000:]
   assert not (tmp_path / "calls_1_0.txt").exists()  # nothing prepared again.
 
   # Two processes again resume it, each host from its own input position.
-  results = _finish(_train(workdir, tiny_corpus, tmp_path, 2, **{"train.steps": 6}))
+  results = finish_processes(train_processes(workdir, tiny_corpus, tmp_path, 2, **{"train.steps": 6}))
   for index, (code, out, err) in enumerate(results):
     assert code == 0, f"process {index} failed:\n{out}\n{err[-3000:]}"
   assert "resumed from step 3" in results[0][1] and "step      6/6" in results[0][1]

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import tiny_overrides
+from helpers import tiny_overrides
 from jformer import checkpoint, tasks
 from jformer import config as config_lib
 from jformer.train import optim
@@ -67,6 +67,7 @@ def train_command(workdir, corpus, **extra):
           *overrides]
 
 
+@pytest.mark.integration
 def test_a_non_finite_update_stops_the_run_in_one_line_and_no_checkpoint_holds_it(repo_root, tiny_corpus, tmp_path):
   result = subprocess.run(train_command(tmp_path, tiny_corpus, **DIVERGING, **{"train.checkpoint_every": 1}),
                           cwd=repo_root, capture_output=True, text=True, timeout=600)
@@ -84,6 +85,7 @@ def test_a_non_finite_update_stops_the_run_in_one_line_and_no_checkpoint_holds_i
   assert all(all_finite(params) for params in saved.values())  # ...and every checkpoint is finite.
 
 
+@pytest.mark.integration
 def test_skipped_updates_are_logged_counted_and_carried_over_a_resume(repo_root, tiny_corpus, tmp_path, capsys):
   def load(**extra):  # pmap here, the mesh runner in the test above: both run the same guarded step.
     return config_lib.load(repo_root / "configs" / "small.py",
@@ -109,6 +111,7 @@ def test_skipped_updates_are_logged_counted_and_carried_over_a_resume(repo_root,
     train_and_evaluate(load(**{"train.steps": 8, "train.skip_nonfinite_updates": skipped}), str(tmp_path))
 
 
+@pytest.mark.integration
 def test_the_stop_names_the_first_bad_step_though_the_metrics_are_read_later(repo_root, tiny_corpus, tmp_path):
   def stopped_at(workdir, **extra) -> tuple[int, str]:
     config = config_lib.load(repo_root / "configs" / "small.py", tiny_overrides(tiny_corpus, **DIVERGING, **extra))

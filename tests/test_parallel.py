@@ -1,8 +1,8 @@
 """Scale-out on 8 fake CPU devices: one step gives the same result under every wrapper and mesh; checkpoints
 move between topologies; two processes with jax.distributed match one process."""
 
+import functools
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -10,47 +10,16 @@ import jax
 import numpy as np
 import pytest
 
+from helpers import REPO, make_parallel_runner
+from helpers import parallel_batch as batch
 from jformer import checkpoint
-from jformer import config as config_lib
-from jformer import tasks
 from jformer.parallel import mesh
-from jformer.train import optim
-from jformer.train.runner import make_runner
-
-REPO = pathlib.Path(__file__).resolve().parents[1]
-LAYOUTS = {
-    "one_device": {"parallel.data": 1, "parallel.fsdp": 1, "parallel.tensor": 1},
-    "data8": {"parallel.data": 8},
-    "data2_fsdp2_tensor2": {"parallel.data": 2, "parallel.fsdp": 2, "parallel.tensor": 2},
-    "fsdp4_tensor2": {"parallel.data": 1, "parallel.fsdp": 4, "parallel.tensor": 2},
-    "pmap8": {"parallel.mode": "pmap"},
-}
 
 
-def tiny_config(**overrides):
-  # Adam's first updates are lr * g / (|g| + eps): with the paper's eps=1e-9 a near-zero gradient element turns
-  # reduction-order noise (1e-7 of gradients of size 1-10, e.g. tensor-parallel sums of the fused Q/K/V
-  # projection) into a large part of a +-lr step. eps=1e-4 keeps the comparison about the parallelism.
-  base = {"model.vocab_size": 64, "model.d_model": 32, "model.num_heads": 4, "model.d_ff": 64,
-          "model.num_encoder_layers": 1, "model.num_decoder_layers": 1, "model.max_length": 16,
-          "model.dropout_rate": 0.0, "data.max_length": 16, "optimizer.warmup_steps": 20, "optimizer.eps": 1e-4}
-  base.update(overrides)
-  return config_lib.load(REPO / "configs" / "small.py", base)
-
-
+@functools.lru_cache(maxsize=None)
 def make(layout):
-  config = tiny_config(**LAYOUTS[layout])
-  model = tasks.build_model(config)
-  tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
-  example = {k: np.zeros((1, 16), np.int32) for k in ("inputs", "targets")}
-  return make_runner(config, model, tx, schedule, example)
-
-
-def batch(seed=0, rows=16):
-  rng = np.random.default_rng(seed)
-  b = {k: rng.integers(1, 64, (rows, 16)).astype(np.int32) for k in ("inputs", "targets")}
-  b["targets"][::3, 10:] = 0  # some padding.
-  return b
+  """The runner of each layout, built once for this module: its compiled steps serve every test that uses it."""
+  return make_parallel_runner(layout)
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +31,9 @@ def reference():
   return metrics, jax.device_get(runner.checkpoint_view(state).params)
 
 
-@pytest.mark.parametrize("layout", ["data8", "data2_fsdp2_tensor2", "pmap8"])
+# By default the mesh runner on all three axes and the pmap runner (8 replicas); data8 (the mesh runner's data axis
+# alone) in the slow run: it still saves the checkpoint restored on other meshes below.
+@pytest.mark.parametrize("layout", [pytest.param("data8", marks=pytest.mark.slow), "data2_fsdp2_tensor2", "pmap8"])
 def test_training_steps_match_one_device(layout, reference):
   runner = make(layout)
   state = runner.init_state(jax.random.PRNGKey(0))
@@ -143,14 +114,14 @@ process_id, num_processes, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.a
 devices_per_process = 4 // num_processes
 os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices_per_process}"
 os.environ["JAX_PLATFORMS"] = "cpu"
-sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "tests")]  # this checkout's jformer, and test_parallel.
+sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "tests")]  # this checkout's jformer, and tests/helpers.py.
 from jformer import parallel
 if num_processes > 1:
   assert parallel.initialize_distributed(f"localhost:{port}", num_processes, process_id)
 import jax, numpy as np
-import test_parallel as tp
+import helpers
 assert jax.device_count() == 4 and jax.process_count() == num_processes
-config = tp.tiny_config(**{"parallel.data": -1})
+config = helpers.parallel_config(**{"parallel.data": -1})
 from jformer import tasks
 from jformer.train import optim
 from jformer.train.runner import make_runner
@@ -160,7 +131,7 @@ runner = make_runner(config, model, tx, schedule, {k: np.zeros((1, 16), np.int32
 state = runner.init_state(jax.random.PRNGKey(0))
 losses = []
 for seed in range(3):
-  global_batch = tp.batch(seed)
+  global_batch = helpers.parallel_batch(seed)
   rows = 16 // num_processes
   local = {k: v[process_id * rows:(process_id + 1) * rows] for k, v in global_batch.items()}
   state, metrics = runner.train_step(state, local)
@@ -170,6 +141,7 @@ if process_id == 0:
 """
 
 
+@pytest.mark.integration
 def test_two_processes_match_one_process_with_four_devices(tmp_path):
   script = tmp_path / "multihost.py"
   script.write_text(MULTIHOST_SCRIPT)

@@ -4,18 +4,17 @@ resume like an uninterrupted run (jformer.train.preemption)."""
 import os
 import re
 import signal
-import subprocess
-import sys
 
 import jax
 import numpy as np
-import portpicker
 import pytest
 
-from conftest import tiny_overrides
+from helpers import finish, prepared_overrides, start_two_processes, tiny_overrides
 from jformer import checkpoint, data
 from jformer import config as config_lib
 from jformer.train import loop
+
+pytestmark = pytest.mark.integration  # runs stopped by SIGTERM, in this process and in two `jformer train`.
 
 
 def load(repo_root, corpus, **extra):
@@ -40,41 +39,6 @@ def test_sigterm_during_data_preparation_exits_before_training_and_saves_nothing
           "rerun the same command to resume") in capsys.readouterr().out
   assert not (tmp_path / "checkpoints").exists()
   assert signal.getsignal(signal.SIGTERM) is handler  # the run's handler is gone.
-
-
-def prepared_overrides(repo_root, corpus, tmp_path, **extra) -> list[str]:
-  """Overrides of a tiny 2-process run reading data and vocabulary that one process prepared once, here, for every
-  run of the test (preparation once per workdir has its own test: tests/test_multiprocess_input.py)."""
-  config = load(repo_root, corpus)
-  prepared = tmp_path / "prepared"
-  data.make_datasets(dataset=config.data.dataset, tokenizer=data.load_tokenizer(config, str(prepared)), batch_size=8,
-                     max_length=config.data.max_length, **data.source_args(config, str(prepared)))
-  settings = tiny_overrides(corpus, **{"data.data_dir": prepared / "tfds",
-                                       "data.vocab_path": prepared / "vocab/spm_300.model", **extra})
-  return [f"--config.{k}={v}" for k, v in settings.items()]
-
-
-def start_two_processes(repo_root, workdir, overrides):
-  """`jformer train` as processes 0 and 1 of a 2-process job on localhost, one CPU device each."""
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-  env.update(XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
-             JFORMER_COORDINATOR_ADDRESS=f"localhost:{portpicker.pick_unused_port()}", JFORMER_NUM_PROCESSES="2")
-  command = [sys.executable, "-m", "jformer.main", "train", "--config=configs/small.py", f"--workdir={workdir}",
-             *overrides]
-  return [subprocess.Popen(command, cwd=repo_root, env={**env, "JFORMER_PROCESS_ID": str(i)}, text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(2)]
-
-
-def finish(processes, timeout=600) -> list[str]:
-  """Both processes' output, once both exited 0 (a process still running after `timeout` s is killed)."""
-  try:
-    outputs = [p.communicate(timeout=timeout)[0] for p in processes]
-  finally:
-    for p in processes:
-      if p.poll() is None:
-        p.kill()
-  assert all(p.returncode == 0 for p in processes), "\n\n".join(out[-3000:] for out in outputs)
-  return outputs
 
 
 def final_loss(output: str) -> str:

@@ -13,7 +13,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import tiny_overrides
+from helpers import finish, prepared_overrides, start_two_processes, tiny_overrides
 from jformer import checkpoint
 from jformer import config as config_lib
 from jformer.train import budget as budget_lib
@@ -116,6 +116,7 @@ def final_params(workdir):
     return ckpt.latest_step(), ckpt.restore_params()
 
 
+@pytest.mark.integration
 def test_budget_too_small_stops_after_measuring_and_stores_no_plan(repo_root, tiny_corpus, tmp_path, capsys):
   config = load(repo_root, tiny_corpus, **budget_overrides(**{"train.budget_minutes": 0.0001}))
   with pytest.raises(budget_lib.BudgetTooSmallError,
@@ -236,8 +237,6 @@ def test_cli_budget_run_plans_trains_exactly_the_plan_and_resumes_to_it_after_si
 
 @pytest.mark.slow
 def test_two_processes_train_the_steps_process_0_planned(repo_root, tiny_corpus, tmp_path):
-  from test_preemption import finish, prepared_overrides, start_two_processes
-
   # 12 s: two processes on 2 cores step slower than one (6 s left 53 steps with 8% held back, under the 60 needed).
   overrides = prepared_overrides(repo_root, tiny_corpus, tmp_path, **budget_overrides(**{"train.budget_minutes": 0.2}))
   chief, other = finish(start_two_processes(repo_root, tmp_path / "run", overrides))

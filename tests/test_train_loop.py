@@ -6,32 +6,20 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
-import numpy as np
 import pytest
 
-from conftest import tiny_overrides
+from helpers import assert_same_params, final_params, tiny_overrides
 from jformer import checkpoint
 from jformer import config as config_lib
 from jformer import main
 from jformer.train.loop import train_and_evaluate
 
+pytestmark = pytest.mark.integration  # every test trains.
+
 
 def load(repo_root, corpus, **extra):
   return config_lib.load(repo_root / "configs" / "small.py", tiny_overrides(corpus, **extra))
-
-
-def final_params(workdir):
-  with checkpoint.Checkpointer(os.path.join(workdir, "checkpoints"), read_only=True) as ckpt:
-    return ckpt.latest_step(), ckpt.restore_params()
-
-
-def assert_same_params(a, b, atol):
-  import jax
-
-  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-    np.testing.assert_allclose(x, y, atol=atol)
 
 
 def test_train_writes_results_and_resume_is_exact(repo_root, tiny_corpus, tmp_path, capsys):

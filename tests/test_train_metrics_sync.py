@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from jax._src.array import ArrayImpl
 
-from conftest import tiny_overrides
+from helpers import tiny_overrides
 from jformer import config as config_lib
 from jformer.train import loop
 from jformer.train.step import FINITE_CHECKS, add_to_totals, averages, new_totals
@@ -42,6 +42,7 @@ def test_totals_weight_the_loss_by_tokens_and_record_the_first_bad_step_and_the_
   assert means["learning_rate"] == pytest.approx(2e-3)  # the latest.
 
 
+@pytest.mark.integration
 def test_the_step_loop_reads_the_device_only_at_log_eval_and_checkpoint_steps(repo_root, tiny_corpus, tmp_path,
                                                                              monkeypatch):
   """Counts every host read of a device array in the main thread, by the number of steps trained when it happens.

@@ -1,7 +1,6 @@
 """Attention maps: the sown weights are distributions over the visible keys; the CLI writes one PNG per layer
 and kind for a trained run."""
 
-import functools
 import pathlib
 
 import jax
@@ -10,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import tiny_overrides
+from helpers import tiny_overrides
 from jformer import config as config_lib
 from jformer import main, tasks, visualize
 from jformer.train.loop import train_and_evaluate
@@ -31,11 +30,11 @@ def test_sown_weights_sum_to_one_over_visible_keys(option, kv_heads, variant):
   input_segments, target_segments = jnp.array([[1, 1, 1, 2, 2, 2, 0]]), jnp.array([[1, 1, 2, 2, 2]])
   packing = dict(inputs_segmentation=input_segments, targets_segmentation=target_segments,
                  inputs_positions=jnp.array([[0, 1, 2, 0, 1, 2, 0]]), targets_positions=jnp.array([[0, 1, 0, 1, 2]]))
-  variables = jax.jit(model.init)(jax.random.PRNGKey(0), inputs, targets)
+  # Eagerly: these shapes are the ones of `sown_maps` below (JAX compiles each op once per shape).
+  variables = model.init(jax.random.PRNGKey(0), inputs, targets)
   assert "intermediates" not in variables  # init records nothing ...
-  logits, state = jax.jit(functools.partial(model.apply, mutable=["intermediates"]))(variables, inputs, targets,
-                                                                                   **packing)
-  np.testing.assert_allclose(logits, jax.jit(model.apply)(variables, inputs, targets, **packing), atol=1e-6)
+  logits, state = model.apply(variables, inputs, targets, mutable=["intermediates"], **packing)
+  np.testing.assert_allclose(logits, model.apply(variables, inputs, targets, **packing), atol=1e-6)
   sown = state["intermediates"]
   encoder_self = sown["encoder"]["layer_0"]["self_attention"]["attention_weights"][0][0]
   decoder_self = sown["decoder"]["layer_0"]["self_attention"]["attention_weights"][0][0]
@@ -52,6 +51,7 @@ def test_sown_weights_sum_to_one_over_visible_keys(option, kv_heads, variant):
     assert np.all(weights[:, ~mask] == 0.0) and np.all(weights[:, mask] > 0.0)
 
 
+@pytest.mark.integration
 def test_visualize_attention_on_a_trained_run(tiny_corpus, tmp_path, capsys):
   config = config_lib.load(DEMO, tiny_overrides(tiny_corpus, **{
       "model.num_encoder_layers": 1, "model.num_decoder_layers": 2, "train.steps": 2, "train.bleu_examples": 1,
@@ -92,7 +92,7 @@ def sown_maps(variant, **overrides):
                                   "model.num_encoder_layers": 1, "model.num_decoder_layers": 1,
                                   "model.attention": variant, "model.positional": "none", **overrides})
   model = tasks.build_model(config)
-  inputs, targets = jnp.array([[5, 6, 7, 8, 9, 10, 11]]), jnp.array([[11, 12, 13]])
+  inputs, targets = jnp.array([[5, 6, 7, 8, 9, 10, 11]]), jnp.array([[11, 12, 13, 14, 15]])
   variables = model.init(jax.random.PRNGKey(0), inputs, targets)
   _, state = model.apply(variables, inputs, targets, mutable=["intermediates"])
   return np.asarray(state["intermediates"]["encoder"]["layer_0"]["self_attention"]["attention_weights"][0][0])

@@ -25,7 +25,7 @@ from etils.epath import backend as epath_backend
 from etils.epath import gpath
 from orbax.checkpoint._src.path import gcs_utils
 
-from conftest import tiny_overrides
+from helpers import tiny_overrides
 from jformer import checkpoint, main, paths
 from jformer.train.progress import Progress
 from launch import events, report, runs
@@ -144,6 +144,7 @@ def _params(workdir, step):
     return ckpt.restore_params(step)
 
 
+@pytest.mark.integration
 def test_train_resume_translate_average_on_a_gs_workdir(fake_gcs, repo_root, tiny_corpus, tmp_path, capsys):
   """`jformer train --workdir=gs://bucket/run` for 6 steps, then again on the same workdir (it restores the state
   and the data position of step 6 from the bucket); translate and average-checkpoints read the run from there;

@@ -159,6 +159,7 @@ def run_subprocess(args, cwd):
                         text=True, timeout=300)
 
 
+@pytest.mark.integration
 def test_process_exit_status_and_stderr(project, repo_root):
   result = run_subprocess(train_argv(project, "--config.train.stpes=5"), repo_root)
   assert result.returncode == 1 and result.stdout == ""

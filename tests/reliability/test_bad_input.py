@@ -9,7 +9,7 @@ import sys
 import tempfile
 
 import pytest
-from conftest import REPO, tiny_overrides
+from helpers import REPO, tiny_overrides
 
 from jformer import main
 
@@ -85,6 +85,7 @@ def test_non_utf8_data_names_file_and_line(repo_root, tiny_corpus, tmp_path):
   assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.integration
 def test_missing_and_mismatched_vocabulary(repo_root, tiny_corpus, tmp_path, trained_run):
   message = refused(train_args(repo_root, tmp_path / "run", tiny_corpus, **{"data.vocab_path": tmp_path / "x.model"}))
   assert f"data.vocab_path {tmp_path / 'x.model'} does not exist" in message
@@ -132,6 +133,7 @@ def translate(workdir, stdin: bytes, monkeypatch, capsys):
   return capsys.readouterr().out
 
 
+@pytest.mark.integration
 def test_translate_refuses_empty_and_binary_input(trained_run, monkeypatch):
   monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b""), encoding="utf-8"))
   assert refused(["translate", f"--workdir={trained_run}"]) == (
@@ -143,6 +145,7 @@ def test_translate_refuses_empty_and_binary_input(trained_run, monkeypatch):
       "text, one per line.")
 
 
+@pytest.mark.integration
 def test_translate_truncates_an_overlong_line_with_a_warning(trained_run, monkeypatch, capsys, caplog):
   out = translate(trained_run, b"Open the file\n" + b"word " * 200 + b"\n\n", monkeypatch, capsys)
   assert out.count("\n") == 3  # one translation per line, the empty line's empty.
@@ -152,6 +155,7 @@ def test_translate_truncates_an_overlong_line_with_a_warning(trained_run, monkey
   assert "read only" not in caplog.text  # Orbax's warning about the checkpoints opened read-only is filtered.
 
 
+@pytest.mark.integration
 def test_translate_a_workdir_without_checkpoints(trained_run, tmp_path, monkeypatch):
   workdir = tmp_path / "run"
   workdir.mkdir()
@@ -162,6 +166,7 @@ def test_translate_a_workdir_without_checkpoints(trained_run, tmp_path, monkeypa
       f"--workdir={workdir}), or let the run reach its first train.checkpoint_every step.")
 
 
+@pytest.mark.integration
 def test_average_more_checkpoints_than_exist_names_last_and_keep_checkpoints(trained_run):
   message = refused(["average-checkpoints", f"--workdir={trained_run}", "--last=9"])
   assert message.endswith("has only 2 (steps [1, 2]); average at most 2 (jformer average-checkpoints --last=2), or "
@@ -169,6 +174,7 @@ def test_average_more_checkpoints_than_exist_names_last_and_keep_checkpoints(tra
   assert not (trained_run / "averaged").exists()
 
 
+@pytest.mark.integration
 def test_cli_bad_input_is_one_stderr_line_without_traceback(repo_root, tiny_corpus, tmp_path):
   """Through the real command (a subprocess): exit code 1, one line on stderr, the traceback only with --verbose."""
   argv = [sys.executable, "-m", "jformer.main",

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from etils import epath
 
-from conftest import REPO, tiny_overrides
+from helpers import REPO, tiny_overrides
 from jformer import checkpoint, main
 from jformer import config as config_lib
 from jformer.checkpoint import integrity
@@ -82,6 +82,7 @@ def warnings_about(caplog, text):
   return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and text in r.getMessage()]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("how", ["flip", "truncate", "delete"])
 def test_corrupt_newest_step_is_detected_and_skipped(how, run, trained, caplog):
   damage(checkpoint.checkpoints_dir(run) / "6", how)
@@ -92,6 +93,7 @@ def test_corrupt_newest_step_is_detected_and_skipped(how, run, trained, caplog):
   assert "step 6 (file " in warning and problem in warning and "restoring step 3 instead" in warning
 
 
+@pytest.mark.integration
 def test_corrupt_newest_step_falls_back_and_resumes_exactly(run, trained, tiny_corpus, caplog, capsys):
   checkpoints = checkpoint.checkpoints_dir(run)
   damage(checkpoints / "6", "flip")
@@ -107,6 +109,7 @@ def test_corrupt_newest_step_falls_back_and_resumes_exactly(run, trained, tiny_c
   assert_same_params(params_of(run, 6), params_of(trained, 6))
 
 
+@pytest.mark.integration
 def test_every_step_corrupt_is_one_clear_line(run, tiny_corpus):
   checkpoints = checkpoint.checkpoints_dir(run)
   damage(checkpoints / "3", "flip")
@@ -120,6 +123,7 @@ def test_every_step_corrupt_is_one_clear_line(run, tiny_corpus):
   assert sorted(path.name for path in checkpoints.iterdir()) == ["3", "6"]  # nothing moved or deleted.
 
 
+@pytest.mark.integration
 def test_translate_and_averaging_refuse_corrupt_params(run, tiny_corpus, tmp_path, caplog, capsys):
   source = tmp_path / "source.txt"
   source.write_text("Save the file before closing.\n")
@@ -153,6 +157,7 @@ def test_non_finite_params_are_refused(tmp_path):
       ckpt.restore_params()
 
 
+@pytest.mark.integration
 def test_step_without_manifest_is_restored_with_a_warning(run, trained, caplog):
   (checkpoint.checkpoints_dir(run) / "6" / integrity.MANIFEST).unlink()  # as saved by jformer before manifests.
   with caplog.at_level(logging.WARNING):

@@ -26,7 +26,7 @@ def test_a_foreign_checkpoint_is_named_and_skipped_for_one_that_fits(tiny_corpus
 
   main.main(["evaluate", f"--workdir={wide}"])  # skips step 6, evaluates step 3
   said = caplog.text
-  assert (f"checkpoint(s) that do not fit this model: step 6 (parameter decoder/layer_0/cross_attention/key/kernel is "
+  assert ("checkpoint(s) that do not fit this model: step 6 (parameter decoder/layer_0/cross_attention/key/kernel is "
           "[32, 2, 16] there and [64, 2, 32] in this model: model.d_model (32 there, 64 here)") in said
   assert f"in {wide / 'checkpoints'}; restoring step 3 instead" in said  # evaluate reads only: nothing moved.
   assert (wide / "checkpoints" / "6").is_dir() and "valid at 32 tokens (auto checkpoint)" in capsys.readouterr().out

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import tiny_overrides
+from helpers import tiny_overrides
 from launch import cli, report, runs
 
 POINT = "attention=dot_product"
@@ -135,6 +135,7 @@ def launch_command(tmp_path, sweep_file, *args, path=None):
                          f"--root={tmp_path / 'runs'}", *args], capture_output=True, text=True, env=env, timeout=300)
 
 
+@pytest.mark.integration
 def test_slurm_without_sbatch_is_one_line(repo_root, tmp_path, monkeypatch):
   monkeypatch.chdir(repo_root)
   sweep_file = write_sweep(tmp_path / "nosbatch.py", {"train.steps": 5})
@@ -161,6 +162,7 @@ def test_tpu_vm_without_gcloud_is_one_line(repo_root, tmp_path, monkeypatch, cap
   assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.integration
 def test_sweep_with_an_invalid_point_runs_nothing(repo_root, tmp_path, monkeypatch):
   monkeypatch.chdir(repo_root)
   sweep_file = write_sweep(tmp_path / "typo.py", {"train.steps": 5},

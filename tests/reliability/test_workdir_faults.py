@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import REPO, tiny_overrides
+from helpers import REPO, tiny_overrides
 from jformer import checkpoint
 from jformer import config as config_lib
 from jformer import main
@@ -40,6 +40,7 @@ with hold(sys.argv[1]):
 """
 
 
+@pytest.mark.integration
 def test_the_lock_names_its_holder_and_dies_with_it(tmp_path):
   holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], cwd=REPO, env=dict(
       os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE, text=True)
@@ -126,7 +127,7 @@ def test_harmless_changes_resume(tiny_corpus, tmp_path, capsys):
   assert results["step"] == 2
 
 
-# One key per category of RUN_KEYS: model shape, vocabulary, dataset and corpus, languages, tokenizer, data rows.
+# One key per category of the identity keys: model shape, vocabulary, dataset and corpus, languages, tokenizer, data rows.
 INCOMPATIBLE = {
     "model shape": ("model.d_model", 64, 32),
     "vocabulary size": ("model.vocab_size", 200, 300),
