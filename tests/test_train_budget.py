@@ -226,10 +226,12 @@ def test_cli_budget_run_plans_trains_exactly_the_plan_and_resumes_to_it_after_si
                    r"train.budget_minutes=0.1, or with train.budget_minutes=0 and train.steps=N", refused.stderr)
   assert json.loads((workdir / "config.json").read_text())["train"]["budget_minutes"] == 0.1
 
-  # Reproducible from the logged number: train.steps=<planned> without a budget gives the same parameters.
+  # Reproducible from the logged number: train.steps=<planned> without a budget gives the same parameters (run as a
+  # command too: the test process compiles with other XLA flags, tests/conftest.py).
   steps = tmp_path / "steps"
-  plain = train_and_evaluate(load(repo_root, tiny_corpus, **budget_overrides(**{
-      "train.budget_minutes": 0.0, "train.steps": planned})), steps)
+  subprocess.run(train_command(tiny_corpus, steps, **{"train.budget_minutes": 0.0, "train.steps": planned}),
+                 cwd=repo_root, env=env, check=True, capture_output=True, timeout=600)
+  plain = json.loads((steps / "results.json").read_text())
   assert plain["step"] == planned and "planned_steps" not in plain and not (steps / "budget.json").exists()
   for a, b in zip(jax.tree.leaves(final_params(workdir)[1]), jax.tree.leaves(final_params(steps)[1]), strict=True):
     np.testing.assert_allclose(a, b, atol=1e-6)

@@ -146,13 +146,15 @@ def _params(workdir, step):
 
 @pytest.mark.integration
 def test_train_resume_translate_average_on_a_gs_workdir(fake_gcs, repo_root, tiny_corpus, tmp_path, capsys):
-  """`jformer train --workdir=gs://bucket/run` for 6 steps, then again on the same workdir (it restores the state
-  and the data position of step 6 from the bucket); translate and average-checkpoints read the run from there;
-  nothing lands in the working directory."""
-  _train(repo_root, tiny_corpus, "gs://bucket/run")
+  """`jformer train --workdir=gs://bucket/run` for 3 steps, then to 6 on the same workdir (it restores the state
+  and the data position of step 3 from the bucket), then again (the finished run is read and left as it is);
+  translate and average-checkpoints read the run from there; nothing lands in the working directory."""
+  _train(repo_root, tiny_corpus, "gs://bucket/run", **{"train.steps": 3})
   _train(repo_root, tiny_corpus, "gs://bucket/run")
   out = capsys.readouterr().out
-  assert "resumed from step 6 (gs://bucket/run/checkpoints)" in out and "results in gs://bucket/run/results.json" in out
+  assert "resumed from step 3 (gs://bucket/run/checkpoints)" in out and "results in gs://bucket/run/results.json" in out
+  _train(repo_root, tiny_corpus, "gs://bucket/run")
+  assert "gs://bucket/run holds a finished run: step 6" in capsys.readouterr().out
 
   run = tmp_path / "store" / "bucket" / "run"
   assert json.loads((run / "config.json").read_text())["model"]["d_model"] == 32
@@ -160,9 +162,9 @@ def test_train_resume_translate_average_on_a_gs_workdir(fake_gcs, repo_root, tin
   assert (run / "vocab" / "spm_300.model").stat().st_size > 0
   assert list((run / "tfds" / "parallel_text").glob("*/1.0.0/*.array_record*"))
   assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["3", "6"]
-  assert len(list((run / "tensorboard").glob("events.out.tfevents.*"))) == 2  # one per `jformer train`.
+  assert len(list((run / "tensorboard").glob("events.out.tfevents.*"))) == 2  # one per `jformer train` that trained.
   curves = events.scalars("gs://bucket/run/tensorboard")
-  assert [step for step, _ in curves["train/loss"]] == [2, 4, 6] and [s for s, _ in curves["eval/loss"]] == [3, 6]
+  assert [step for step, _ in curves["train/loss"]] == [2, 3, 4, 6] and [s for s, _ in curves["eval/loss"]] == [3, 6]
 
   (tmp_path / "store" / "bucket" / "source.txt").write_text("Save the file before closing.\n\nOpen a file.\n")
   main.main(["translate", "--workdir=gs://bucket/run", "--input=gs://bucket/source.txt",
