@@ -4,7 +4,7 @@
 test modules write `from helpers import ...` / `import helpers`. Grouped by what they serve: the tiny configs and
 corpus overrides; small models of tests/test_models.py; the attention-variant matrix (tests/test_attention_variants.py,
 also run on plug-ins and kernels); toy decoding models; the mesh/runner configs of tests/test_parallel.py; runs,
-checkpoints and multi-process jobs of the integration tests.
+checkpoints and multi-process jobs of the integration tests; the one-line errors of the command (tests/reliability/).
 """
 
 from __future__ import annotations
@@ -61,6 +61,34 @@ def positional_overrides(name: str) -> dict:
 def load_tiny(corpus: pathlib.Path, **extra):
   """configs/small.py under `tiny_overrides(corpus, **extra)`."""
   return config_lib.load(SMALL, tiny_overrides(corpus, **extra))
+
+
+# ---------------------------------------------------------------------------------------------- command-line errors
+
+
+def run_cli(argv, capsys):
+  """(exit status, stderr) of `jformer argv` run in this process, as the interpreter reports a SystemExit (a string:
+  printed on stderr, status 1)."""
+  from jformer import main
+
+  capsys.readouterr()
+  try:
+    status = main.main([str(arg) for arg in argv])
+  except SystemExit as stop:
+    status = stop.code
+  err = capsys.readouterr().err
+  if isinstance(status, str):
+    err, status = err + status + "\n", 1
+  return status or 0, err
+
+
+def assert_one_line_error(status, err, *fragments, expected_status=1):
+  """`err` is one line without a traceback holding every fragment, and `status` is `expected_status`."""
+  assert status == expected_status, err
+  lines = err.strip().splitlines()
+  assert len(lines) == 1 and "Traceback" not in err, err
+  for fragment in fragments:
+    assert fragment in lines[0], lines[0]
 
 
 # ---------------------------------------------------------------------------------------------- small models
@@ -448,6 +476,26 @@ def direct_nats(apply, params, ids, max_length):
   return total
 
 
+def untrained_run(workdir, corpus, architecture: str):
+  """A run folder `jformer translate`/`generate` can read, built without training (model.architecture
+  `architecture`: "transformer" or "lm"): config.json written as `jformer train` writes it, a SentencePiece
+  vocabulary trained on the tiny corpus where the run keeps it, random parameters as the run's averaged checkpoint
+  (what `--checkpoint=auto` reads first). Returns (model, params, tokenizer)."""
+  from jformer.train.loop import write_config
+
+  config = config_lib.load(SMALL, {**tiny_overrides(corpus), "model.architecture": architecture})
+  workdir.mkdir(parents=True)
+  write_config(config, workdir)
+  texts = [line for name in ("train.src", "train.tgt") for line in (corpus / name).read_text().splitlines()]
+  tokenizer = data.get_tokenizer(data.vocab_path(config, workdir), lambda: texts, vocab_size=config.model.vocab_size)
+  model = tasks.build_model(config)
+  ids = jnp.ones((1, 8), jnp.int32)
+  args, kwargs = model.call_arguments({"inputs": ids, "targets": ids})
+  params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), *args, **kwargs))["params"]
+  checkpoint.save_params(checkpoint.averaged_dir(workdir), params)
+  return model, params, tokenizer
+
+
 def prepared_overrides(repo_root, corpus, tmp_path, **extra) -> list[str]:
   """Overrides of a tiny 2-process run reading data and vocabulary that one process prepared once, here, for every
   run of the test (preparation once per workdir has its own test: tests/test_multiprocess_input.py)."""
@@ -460,12 +508,13 @@ def prepared_overrides(repo_root, corpus, tmp_path, **extra) -> list[str]:
   return [f"--config.{k}={v}" for k, v in settings.items()]
 
 
-def start_two_processes(repo_root, workdir, overrides):
-  """`jformer train` as processes 0 and 1 of a 2-process job on localhost, one CPU device each."""
+def start_two_processes(repo_root, workdir, overrides, *, config="configs/small.py"):
+  """`jformer train --config=<config>` (relative to `repo_root`) as processes 0 and 1 of a 2-process job on
+  localhost, one CPU device each."""
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   env.update(XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
              JFORMER_COORDINATOR_ADDRESS=f"localhost:{portpicker.pick_unused_port()}", JFORMER_NUM_PROCESSES="2")
-  command = [sys.executable, "-m", "jformer.main", "train", "--config=configs/small.py", f"--workdir={workdir}",
+  command = [sys.executable, "-m", "jformer.main", "train", f"--config={config}", f"--workdir={workdir}",
              *overrides]
   return [subprocess.Popen(command, cwd=repo_root, env={**env, "JFORMER_PROCESS_ID": str(i)}, text=True,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(2)]

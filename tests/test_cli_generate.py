@@ -1,8 +1,6 @@
 """`jformer generate` on a language-model workdir, and `translate`/`generate` refusing the other task's run.
 
-The workdirs are built without training (so this does not depend on the LM data pipeline): the config written as
-`jformer train` writes it, a SentencePiece vocabulary trained on the tiny corpus where the run keeps it, and random
-parameters saved as the run's averaged checkpoint (what `--checkpoint=auto` reads first).
+The workdirs are built without training (`helpers.untrained_run`), so this does not depend on the LM data pipeline.
 """
 
 from __future__ import annotations
@@ -10,39 +8,19 @@ from __future__ import annotations
 import io
 import sys
 
-import flax.linen as nn
-import jax
-import jax.numpy as jnp
 import pytest
 
-from helpers import REPO, tiny_overrides
-from jformer import checkpoint, data, main, tasks
-from jformer import config as config_lib
+from helpers import untrained_run
+from jformer import main
 from jformer.decode.generator import Generator
-from jformer.train.loop import write_config
 
 pytestmark = pytest.mark.integration  # the commands end to end on run folders.
-
-
-def build_run(workdir, corpus, architecture: str):
-  """A run folder `jformer translate`/`generate` can read: config.json, vocabulary, averaged parameters."""
-  config = config_lib.load(REPO / "configs" / "small.py", {**tiny_overrides(corpus), "model.architecture": architecture})
-  workdir.mkdir(parents=True)
-  write_config(config, workdir)
-  texts = [line for name in ("train.src", "train.tgt") for line in (corpus / name).read_text().splitlines()]
-  tokenizer = data.get_tokenizer(data.vocab_path(config, workdir), lambda: texts, vocab_size=config.model.vocab_size)
-  model = tasks.build_model(config)
-  tokens = jnp.ones((1, 8), jnp.int32)
-  args, kwargs = model.call_arguments({"inputs": tokens, "targets": tokens})
-  params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), *args, **kwargs))["params"]
-  checkpoint.save_params(checkpoint.averaged_dir(workdir), params)
-  return model, params, tokenizer
 
 
 @pytest.fixture(scope="module")
 def lm_run(tiny_corpus, tmp_path_factory):
   workdir = tmp_path_factory.mktemp("generate") / "lm"
-  return workdir, build_run(workdir, tiny_corpus, "lm")
+  return workdir, untrained_run(workdir, tiny_corpus, "lm")
 
 
 def run(argv, stdin: bytes, monkeypatch, capsys) -> str:
@@ -82,7 +60,7 @@ def test_each_command_refuses_the_other_task(lm_run, tiny_corpus, tmp_path, monk
       "jformer translate: error: this run is a language model (model.architecture='lm'), which continues text "
       "instead of translating it: use `jformer generate`.")
   translation = tmp_path / "translation"
-  build_run(translation, tiny_corpus, "transformer")
+  untrained_run(translation, tiny_corpus, "transformer")
   assert refused(["generate", f"--workdir={translation}"], monkeypatch) == (
       "jformer generate: error: this run is a translation model (model.architecture='transformer'), which needs a "
       "source sentence to decode from: use `jformer translate`.")

@@ -10,31 +10,9 @@ import subprocess
 import sys
 
 import pytest
-
-from jformer import main
+from helpers import assert_one_line_error, run_cli
 
 DEMO = "configs/small.py"
-
-
-def run_cli(argv, capsys):
-  """(exit status, stderr) of `jformer argv`, as the interpreter reports a SystemExit (a string: stderr, status 1)."""
-  capsys.readouterr()
-  try:
-    status = main.main(argv)
-  except SystemExit as stop:
-    status = stop.code
-  err = capsys.readouterr().err
-  if isinstance(status, str):
-    err, status = err + status + "\n", 1
-  return status or 0, err
-
-
-def assert_one_line_error(status, err, *fragments, expected_status=1):
-  assert status == expected_status, err
-  lines = err.strip().splitlines()
-  assert len(lines) == 1 and "Traceback" not in err, err
-  for fragment in fragments:
-    assert fragment in lines[0], lines[0]
 
 
 @pytest.fixture
