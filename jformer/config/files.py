@@ -69,11 +69,24 @@ def _still_registered(entries: set[tuple[str, str]]) -> bool:
 
 
 def _import_module(name: str, *, reload: bool):
+  """Imports plug-in module `name`; one line when it is not there, or naming its file and line when running it
+  raises (a module it imports that is missing included)."""
   try:
     return importlib.reload(sys.modules[name]) if reload and name in sys.modules else importlib.import_module(name)
   except ModuleNotFoundError as e:
-    raise ValueError(f"config.imports: no module '{name}' ({e}); give a module on the Python path or a file path "
-                     "ending in .py") from None
+    if e.name is None or name == e.name or name.startswith(f"{e.name}."):  # `name` itself (or its package) is absent.
+      raise ValueError(f"config.imports: no module '{name}' ({e}); give a module on the Python path or a file path "
+                       "ending in .py") from None
+    error = e
+  except Exception as e:  # whatever the module raises while it runs.
+    error = e
+  try:
+    spec = importlib.util.find_spec(name)
+  except Exception:  # its package raised while it ran: the package's error is the one to show.
+    spec = None
+  file = spec.origin if spec is not None and spec.origin else name
+  raise ValueError(f"config.imports: module '{name}' (file '{file}') raised {type(error).__name__} at "
+                   f"{_where(error, file)}: {error}") from error
 
 
 def import_file(file: str | pathlib.Path, kind: str, example: str):
@@ -90,11 +103,16 @@ def import_file(file: str | pathlib.Path, kind: str, example: str):
     raise ValueError(f"{kind} file '{file}' does not parse: line {e.lineno}: {e.msg} (fix the Python syntax there)"
                      ) from e
   except Exception as e:  # whatever the file raises while it runs: one line that says where.
-    frames = [frame for frame in traceback.extract_tb(e.__traceback__) if frame.filename == str(file.resolve())
-              or frame.filename == str(file)]
-    where = f"line {frames[-1].lineno}" if frames else "while importing it"
-    raise ValueError(f"{kind} file '{file}' raised {type(e).__name__} at {where}: {e}") from e
+    raise ValueError(f"{kind} file '{file}' raised {type(e).__name__} at {_where(e, file)}: {e}") from e
   return module
+
+
+def _where(error: BaseException, file: str | pathlib.Path) -> str:
+  """'line N': the innermost line of `file` in `error`'s traceback (where the file's own code, or the jformer
+  call it made, failed); 'while importing it' when the file is not in it."""
+  names = {str(file), str(pathlib.Path(file).resolve())}
+  frames = [frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename in names]
+  return f"line {frames[-1].lineno}" if frames else "while importing it"
 
 
 def _check_known_keys(config: ml_collections.ConfigDict, file: pathlib.Path) -> None:
