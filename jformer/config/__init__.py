@@ -28,6 +28,7 @@ from jformer.config.identity import (EVAL_KEYS, changed_keys, check_same_run, fr
 from jformer.config.overrides import flatten, set_value
 from jformer.config.schema import SECTIONS, base_config, declared
 from jformer.config.validation import validate
+from jformer.decode.search import check_options
 
 
 def load(path: str | pathlib.Path, overrides: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
@@ -48,14 +49,18 @@ def load_run(workdir: epath.PathLike, overrides: Mapping[str, Any] | None = None
   """The config a training run wrote to `<workdir>/config.json` (`read_run`), with `overrides` applied, validated.
 
   Overrides of the keys that define the run are refused, naming them (`check_same_run`), except those in
-  `may_change` (e.g. `EVAL_KEYS`).
+  `may_change` (e.g. `EVAL_KEYS`); so is a decoding option given that the decoding method does not read (e.g.
+  `decode.top_k` for beam search: silently ignored, it would hide a mistake).
   """
   run = read_run(workdir)
   overrides = dict(overrides or {})
   config = from_values({**flatten(run), **overrides})
   check_same_run(from_values({**flatten(run), **{k: v for k, v in overrides.items() if k in may_change}}), config,
                  f"the run in {workdir}", "drop those --config overrides")
-  return _checked(config)
+  config = _checked(config)
+  check_options(config.decode.method, config.decode, prefix="--config.decode.",
+                given=[key.removeprefix("decode.") for key in overrides if key.startswith("decode.")])
+  return config
 
 
 def _checked(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

@@ -115,7 +115,8 @@ def test_harmless_changes_are_taken_and_named(written_run, tiny_corpus, tmp_path
   assert "train.steps 1 -> 2" in caplog.text and "model.dropout_rate 0.0 -> 0.2" in caplog.text
   written = json.loads((tmp_path / "config.json").read_text())
   assert (written["decode"]["beam_size"], written["train"]["steps"], written["model"]["dropout_rate"]) == (2, 2, 0.2)
-  assert config_lib.load_run(workdir, {"decode.beam_size": "2", "model.dtype": "bfloat16"}).decode.beam_size == 2
+  assert config_lib.load_run(workdir, {"decode.method": "beam", "decode.beam_size": "2", "model.dtype": "bfloat16"}
+                             ).decode.beam_size == 2
 
 
 @pytest.mark.slow
