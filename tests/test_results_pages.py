@@ -62,7 +62,8 @@ def test_every_result_records_date_commit_machine_and_command(path):
     assert machine.get(key) not in (None, ""), f"{path.name}: machine.{key} is missing"
   datetime.datetime.fromisoformat(machine["date"])
   assert re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?|unknown", machine["commit"]), machine["commit"]
-  assert machine["command"].startswith("benchmarks/") and ".py" in machine["command"], machine["command"]
+  script = "jformer launch --sweep=configs/sweeps/" if data["benchmark"] == "sweep" else "benchmarks/"
+  assert machine["command"].startswith(script) and ".py" in machine["command"], machine["command"]
   assert machine.get("commit_is", "measured") in ("measured", "recorded")
 
 

@@ -102,6 +102,12 @@ def commit_line(m: dict) -> str:
   return f"measured at `{commit}`" + (" (uncommitted changes in the tree)" if commit.endswith("-dirty") else "")
 
 
+def command_of(m: dict) -> str:
+  """The recorded command, as one would type it (a benchmark script runs under `python`)."""
+  command = m.get("command", "not recorded")
+  return f"python {command}" if command.startswith("benchmarks/") else command
+
+
 def provenance(path: str, data: dict) -> str:
   """The 'where, when, what' list above each table."""
   m = data["machine"]
@@ -111,7 +117,7 @@ def provenance(path: str, data: dict) -> str:
            f"- commit: {commit_line(m)}",
            f"- machine: {machine_line(m)}",
            f"- software: {software}",
-           f"- command: `python {m.get('command', 'not recorded')}`"]
+           f"- command: `{command_of(m)}`"]
   if m.get("added_by_hand"):
     lines.append(f"- provenance: {m['added_by_hand']}")
   return "\n".join(lines)
@@ -384,6 +390,45 @@ The script exits with status 1 if a kernel misses its tolerance. The jformer tes
 """
 
 
+def demo_section(path: str, data: dict) -> str:
+  r = data["results"]
+  other = data.get("busy_share_other")
+  body = table(["config", "overrides", "planned steps", "s per step", "train loss", "valid loss", "test BLEU",
+                "wall time", "CPU used by other processes"],
+               [[f"`{data['config']}`", " ".join(f"`{o}`" for o in data["overrides"]) or "none",
+                 count(r.get("planned_steps", r["step"])), fixed(r.get("budget_step_seconds"), 3),
+                 fixed(r.get("train_loss"), 3), fixed(r.get("eval_loss"), 3), fixed(r.get("bleu"), 2),
+                 f"{data['wall_seconds'] / 60:.1f} min", "not measured" if other is None else percent(other)]],
+               "llrrrrrrr")
+  return paragraphs(provenance(path, data), body)
+
+
+DEMO_INTRO = """\
+`benchmarks/demo.py`: README command 1 (`jformer train --config=configs/demo.py`, 15 minutes of training on the
+bundled English-German corpus, then beam search over the test split and sacreBLEU), run as a subprocess on a fresh
+workdir and recorded with its `results.json`. The time budget plans the number of steps from the step time
+measured on the machine, so the steps, and with them the BLEU, depend on the machine and on what else ran on it
+(the last column: CPU time of other processes over the run, as a share of all CPU time). Wall time includes data
+preparation, vocabulary training, compilation and the final test.
+"""
+
+
+def sweep_section(path: str, data: dict) -> str:
+  body = table(data["headers"], [[cell(x) for x in row] for row in data["rows"]],
+               "l" + "r" * (len(data["headers"]) - 1))
+  parts = [f"**{data['title']}**", provenance(path, data), data["setup"], body]
+  if data.get("figure"):
+    parts.append(f"![{data['title']}]({data['figure']})")
+  parts.append("What it shows:\n" + "\n".join(f"- {finding}" for finding in data["findings"]))
+  return paragraphs(*parts)
+
+
+SWEEP_INTRO = """\
+Sweeps of research questions (`configs/sweeps/`, run with `jformer launch` and tabulated with `jformer sweep-report`):
+each table with the sweep's setup, its points, and what the figures show and do not show.
+"""
+
+
 @dataclasses.dataclass(frozen=True)
 class Page:
   file: str
@@ -392,6 +437,7 @@ class Page:
   summary: str  # its line in the index
   intro: str
   section: Callable[[str, dict], str]
+  timed: bool = True  # its figures follow TIMING_RULES (a benchmark's repetitions), not one run's
 
 
 PAGES = (
@@ -408,6 +454,10 @@ PAGES = (
          "per attention variant and length", ATTENTION_INTRO, attention_section),
     Page("profile_step.md", "Where a train step's time goes", "profile_step", "op time by kind under "
          "`jax.profiler`", PROFILE_INTRO, profile_section),
+    Page("demo.md", "The demo run", "demo", "README command 1 on the bundled corpus: planned steps, losses, test "
+         "BLEU", DEMO_INTRO, demo_section, timed=False),
+    Page("sweeps.md", "Research sweeps", "sweep", "the similarity function (paper Sec. 3.2.1); length "
+         "extrapolation of the positional encodings", SWEEP_INTRO, sweep_section, timed=False),
     Page("accelerator.md", "Accelerator (GPU/TPU) check", "accelerator", "attention kernels against the "
          "reference, the BASE bfloat16 train step and decoding on a GPU", ACCELERATOR_INTRO, accelerator_section),
 )
@@ -435,7 +485,7 @@ def load_results(repo: pathlib.Path) -> dict[str, list[tuple[str, dict]]]:
 
 def render_page(page: Page, files: list[tuple[str, dict]]) -> str:
   sources = ", ".join(path for path, _ in files) or f"no {RESULTS}/*.json of this kind"
-  parts = [header(sources), f"# {page.title}", page.intro, TIMING_RULES]
+  parts = [header(sources), f"# {page.title}", page.intro] + ([TIMING_RULES] if page.timed else [])
   if not files:
     parts.append(f"No results of this kind in `{RESULTS}/`.")
   for path, data in files:
