@@ -116,9 +116,10 @@ class DecodeSection:
   max_extra_length: int = field(50, "Output length limit = source length + this (paper: 50).", at_least=1)
   batch_size: int = field(32, "Sentences decoded together, split across all devices (rounded up to a multiple of "
                           "them).", at_least=1)
-  temperature: float = field(1.0, "Sampling only: softmax temperature (> 0).", at_least=0)
+  # Ranges the schema's at_least cannot state (> 0, (0, 1]) are checked by jformer.decode.search.check_options.
+  temperature: float = field(1.0, "Sampling only: softmax temperature (> 0).")
   top_k: int = field(0, "Sampling only; 0 = off.", at_least=0)
-  top_p: float = field(1.0, "Sampling only; 1 = off.", at_least=0)
+  top_p: float = field(1.0, "Sampling only: nucleus mass in (0, 1]; 1 = off.")
 
 
 # Section name -> its declaration, in the order of config.json.

@@ -59,7 +59,7 @@ def test_generate_refuses_an_option_out_of_range_or_not_read_by_the_method(runs,
     (["--config.decode.method=beam", "--config.decode.alpha=nan"],  # not a Python literal: no number.
      "config key 'decode.alpha' is a float; got 'nan' (str): give e.g. decode.alpha=0.6"),
     (["--config.decode.method=sample", "--config.decode.temperature=-1"],
-     "invalid config: decode.temperature=-1.0 must be at least 0"),
+     "invalid config: decode.temperature=-1.0 must be a finite number > 0"),
     (["--config.decode.method=sample", "--config.decode.temperature=0"],
      "invalid config: decode.temperature=0.0 must be a finite number > 0"),
     (["--config.decode.method=sample", "--config.decode.top_p=2"],
