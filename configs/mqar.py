@@ -1,5 +1,6 @@
 """Multi-query associative recall (MQAR, Zoology's first grid point: 64 tokens, 4 key-value pairs) with a 2-layer
-decoder of width 64, meant to reach high answer accuracy in a few minutes on 2 CPU cores.
+decoder of width 64 and dot-product attention: near-perfect answer accuracy in 500 steps, about a minute on 2 CPU
+cores.
 
     jformer train --config=configs/mqar.py --workdir=runs/mqar
     jformer train --config=configs/mqar.py --workdir=runs/mqar_linear --config.model.attention=linear
@@ -38,13 +39,16 @@ def get_config():
   data.batch_size = 64
   data.eval_batch_size = 100  # the valid and test splits hold 1,000 examples each (dataset_options.eval_examples).
 
-  config.optimizer.warmup_steps = 100  # Peak lr = 64^-0.5 * 100^-0.5 = 1.25e-2 at step 100.
+  # Peak lr = 0.25 * 64^-0.5 * 200^-0.5 = 2.2e-3 at step 200. At scale 1 (1.25e-2 with 100 warm-up steps) the model
+  # stays at ~0.25 (it finds the 4 values of the pairs, not which one) for 2,000 steps; at 2.2e-3 it recalls by step 400.
+  config.optimizer.learning_rate_scale = 0.25
+  config.optimizer.warmup_steps = 200
   config.optimizer.grad_clip_norm = 1.0
 
   train = config.train
-  train.steps = 400
+  train.steps = 500
   train.label_smoothing = 0.0
   train.log_every = 50
   train.eval_every = 100
-  train.checkpoint_every = 200
+  train.checkpoint_every = 250
   return config
