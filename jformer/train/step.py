@@ -17,7 +17,8 @@ from jformer.train.state import TrainState
 FINITE_CHECKS = ("loss", "gradients", "updated parameters")
 
 
-# A batch key of per-token loss weights (a synthetic task's answer positions: `jformer.data.synthetic.dataset`).
+# A batch key of per-token loss weights (a synthetic task's answer positions: `jformer.data.synthetic.dataset`'s
+# rows).
 WEIGHTS_KEY = "targets_weights"
 
 

@@ -27,7 +27,6 @@ from jformer.data.synthetic import SIZES, TASKS, Sizes
 from jformer.registry import first_line
 
 ROW_KEYS = ("targets", "targets_segmentation", "targets_position", "targets_weights")
-WEIGHTS_KEY = "targets_weights"
 SPLIT_INDEX = {"train": 0, "valid": 1, "test": 2}
 TRAIN_EXAMPLES = 2**40  # a training split no run reads to its end.
 EVAL_EXAMPLES = 1000  # default examples of the valid and test splits (Zoology tests on 1,000 per configuration).
