@@ -138,3 +138,20 @@ def test_loss_accuracy_and_exact_match_count_only_the_answers(repo_root):
   metrics = answer_metrics({k: float(v) for k, v in sums.items()})
   assert metrics["accuracy"] == pytest.approx(right[mask].mean()) and metrics["exact_match"] == want_exact / 3
   assert metrics["loss"] == pytest.approx(nll[mask].mean(), rel=1e-5)
+
+
+@pytest.mark.parametrize("task, options", [
+    ("induction", dict(vocab_size=5, seq_len=9)),
+    ("selective_copy", dict(vocab_size=6, seq_len=12, num_tokens=3)),
+    ("listops", dict(max_depth=3, max_args=4, min_length=0, max_length=12)),  # the value after the expression.
+])
+def test_every_task_is_a_dataset_with_its_answers_as_weights(task, options):
+  run = data.make_synthetic_datasets(dataset=task, options={**options, "eval_examples": 3}, batch_size=2, seed=1,
+                                     prefetch=0)
+  batch = next(run.train)
+  want = synthetic.examples(task, split_seed(1, "train"), range(2), **options)
+  np.testing.assert_array_equal(batch["targets"], want["tokens"])
+  np.testing.assert_array_equal(batch["targets_weights"], want["answer_mask"])
+  np.testing.assert_array_equal(batch["targets_segmentation"], want["tokens"] != 0)  # ListOps pads after its value.
+  assert run.sizes == synthetic.sizes(task, **options)
+  assert sum(len(b["targets"]) for b in run.eval_batches("test")) == 4  # 3 examples, a padding row.
