@@ -47,7 +47,8 @@ def test_wrong_types_are_rejected(demo):
     ({"model.attention": "xla", "model.attention_dropout_rate": 0.1},
          r"'xla' does not support 'dropout' for model.attention_dropout_rate=0.1"),
     ({"model.attention_options.chunk_size": 64}, r"'auto' has no option\(s\) \['chunk_size'\]"),
-    ({"model.architecture": "rnn"}, r"model.architecture: unknown task 'rnn'; known: \['lm', 'transformer'\]"),
+    ({"model.architecture": "rnn"},
+     r"model.architecture: unknown task 'rnn'; known: \['lm', 'synthetic', 'transformer'\]"),
     ({"model.dtype": "float8"}, "model.dtype='float8'"),
 ])
 def test_invalid_combinations_fail_at_load(demo, overrides, reason):

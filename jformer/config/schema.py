@@ -24,6 +24,8 @@ class DataSection:
   """`config.data`: the corpus, the vocabulary and how training rows are made."""
   dataset: str = field("parallel_text", "Dataset name from the registry (`jformer list dataset`).",
                        choices=Registered("dataset"), identity=True)
+  dataset_options: tuple = field((), "Options of that dataset (a synthetic task's, e.g. seq_len, num_kv_pairs; "
+                                 "`jformer list dataset`); most datasets take none.", group=True, identity=True)
   path: str = field("", "parallel_text: folder of {train,valid,test}.{src,tgt}; text: folder of "
                     "{train,valid,test}.txt, documents separated by blank lines; '' = the bundled corpus.",
                     identity=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from jformer import tasks
+from jformer import data, tasks
 from jformer.config.schema import declared
 from jformer.decode.search import check_options
 from jformer.models.config import TransformerConfig
@@ -60,6 +60,7 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
   if config.optimizer.cooldown_fraction > 0.5:
     problems.append(f"optimizer.cooldown_fraction={config.optimizer.cooldown_fraction} is not in [0, 0.5]: the "
                     "cool-down must start after a time budget's planning steps (0 = off)")
+  problems += _dataset_problems(config)
   try:
     check_options(config.decode.method, config.decode, prefix="decode.")
   except ValueError as e:
@@ -67,4 +68,33 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
   if train.budget_minutes and train.bleu_every:
     problems.append(f"train.bleu_every={train.bleu_every} decodes during training, which a time budget cannot "
                     f"plan for (train.budget_minutes={train.budget_minutes:g}); set train.bleu_every=0")
+  return problems
+
+
+def _dataset_problems(config: ml_collections.ConfigDict) -> list[str]:
+  """`data.dataset_options` against the dataset's options; a synthetic task's sizes against model.vocab_size,
+  data.max_length and model.architecture (its rows have the task's length and token ids, and only the synthetic
+  task reads them)."""
+  options = dict(config.data.dataset_options)
+  try:
+    data.check_dataset_options(config.data.dataset, options)
+    synthetic = data.synthetic_entry(config.data.dataset)
+    sizes = synthetic.sizes(options) if synthetic else None
+  except ValueError as e:
+    return [str(e)]
+  architecture, model = config.model.architecture, config.model
+  if sizes is None and architecture == "synthetic":
+    return [f"model.architecture='synthetic' trains on a synthetic task, not data.dataset='{config.data.dataset}'; "
+            "set data.dataset to 'mqar', 'induction', 'selective_copy' or 'listops'"]
+  if sizes is None:
+    return []
+  problems = []
+  if architecture != "synthetic":
+    problems.append(f"data.dataset='{config.data.dataset}' is a synthetic task; set model.architecture='synthetic'")
+  if model.vocab_size != sizes.vocab_size:
+    problems.append(f"model.vocab_size={model.vocab_size} but data.dataset='{config.data.dataset}' has "
+                    f"{sizes.vocab_size} token ids; set --config.model.vocab_size={sizes.vocab_size}")
+  if config.data.max_length != sizes.seq_len:
+    problems.append(f"data.max_length={config.data.max_length} but data.dataset='{config.data.dataset}' rows have "
+                    f"{sizes.seq_len} tokens; set --config.data.max_length={sizes.seq_len}")
   return problems

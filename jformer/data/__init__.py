@@ -25,6 +25,11 @@ Language modelling reads a document dataset ("text", "lm1b", "wiki40b/en": `Docu
     for batch in data.eval_batches("valid", max_length=512): ...
     bits_per_byte = total_nats / math.log(2) / data.split_bytes("valid")
 
+The synthetic tasks ("mqar", "induction", "selective_copy", "listops") are generated rows, not text:
+
+    data = make_synthetic_datasets(dataset="mqar", options={"seq_len": 64, "num_kv_pairs": 4}, batch_size=64)
+    batch = next(data.train)            # dict of int32 [64, 64]: targets, ..., targets_weights (the answers)
+
 Token ids (`jformer.ops.tokens`): pad = 0, eos = 1, unk = 2, no bos; source and target sequences end with EOS.
 """
 
@@ -36,7 +41,9 @@ from jformer.data.pipeline import (BATCH_KEYS, LONG_EXAMPLES, Datasets, Tokenize
                                    pad_example, tokenize_pairs, train_dataset)
 from jformer.data.preparation import prepare
 from jformer.data.sources import (REGISTRY, SPLITS, TextPairSource, available_datasets, bundled_corpus_path,
-                                  bundled_text_path, get_dataset, load_split, pair_texts, register_dataset, training_texts)
+                                  bundled_text_path, check_dataset_options, dataset_options, get_dataset, load_split,
+                                  pair_texts, register_dataset, synthetic_entry, training_texts)
+from jformer.data.synthetic_pipeline import SyntheticDatasets, make_synthetic_datasets
 from jformer.data.tokenizer import Tokenizer, get_tokenizer, train_tokenizer
 from jformer.data.workdir import load_tokenizer, source_args, vocab_path
 from jformer.ops.tokens import EOS_ID, PAD_ID, UNK_ID
@@ -45,8 +52,10 @@ __all__ = [
     "BATCH_KEYS", "REGISTRY", "Datasets", "DocumentSource", "EOS_ID", "LMDatasets", "LM_BATCH_KEYS", "LONG_EXAMPLES",
     "PACKS", "PAD_ID", "SPLITS",
     "TextPairSource", "TokenizedDocuments", "TokenizedPairs", "Tokenizer", "UNK_ID", "available_datasets",
-    "bundled_corpus_path", "bundled_text_path", "check_run_inputs", "eval_dataset", "get_dataset", "get_tokenizer",
+    "SyntheticDatasets", "bundled_corpus_path", "bundled_text_path", "check_dataset_options", "check_run_inputs",
+    "dataset_options", "eval_dataset", "get_dataset", "get_tokenizer",
     "lm_eval_dataset", "lm_train_dataset", "load_split", "load_tokenizer", "make_datasets", "make_lm_datasets",
-    "pad_example", "pair_texts", "prepare", "register_dataset", "source_args", "tokenize_documents",
+    "make_synthetic_datasets", "pad_example", "pair_texts", "prepare", "register_dataset", "source_args",
+    "synthetic_entry", "tokenize_documents",
     "tokenize_pairs", "train_dataset", "train_tokenizer", "training_texts", "vocab_path"
 ]

@@ -32,7 +32,7 @@ from absl import logging
 from etils import epath
 
 from jformer import coordination, paths
-from jformer.data.sources import bundled_corpus_path, bundled_text_path, load_split
+from jformer.data.sources import bundled_corpus_path, bundled_text_path, load_split, synthetic_entry
 from jformer.data.tokenizer import Tokenizer
 from jformer.data.workdir import load_tokenizer, source_args, vocab_path
 
@@ -52,6 +52,8 @@ def prepare(config, workdir: str) -> Tokenizer:
     NoSpaceError: a disk filled up, naming the folder and about how much space the preparation needs.
   """
   args = source_args(config, workdir)
+  if synthetic_entry(config.data.dataset) is not None:  # generated rows, a fixed vocabulary: nothing to prepare.
+    return load_tokenizer(config, workdir)
 
   def prepare_here() -> Tokenizer:
     with folder_lock(args["data_dir"]):

@@ -20,20 +20,28 @@ Registered here:
                            "valid" reads its "test" split too (as the Flax lm1b example evaluates), so valid and
                            test scores of lm1b are the same data.
   "wiki40b/*"              tfds Wiki-40B articles, e.g. "wiki40b/en" (text with its `_START_ARTICLE_` etc. markers).
+  "mqar", "induction",     the synthetic tasks (`synthetic/`), generated from `data.seed` with no files: rows of
+  "selective_copy",        token ids with the answer positions as loss weights (`synthetic/dataset.py`), for
+  "listops"                `model.architecture="synthetic"`; their options are set in `data.dataset_options`.
+
+A dataset entry with an `options` attribute ({option: default}, e.g. a `SyntheticDataset`) takes options (from
+`data.dataset_options`) and the data seed as keyword arguments; the others take neither.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import tensorflow_datasets as tfds
 from absl import logging
 
 from jformer.data import documents, parallel_text, records
 from jformer.data.documents import DocumentSource
-from jformer.registry import Registry, caller
+from jformer.data.synthetic import TASKS as SYNTHETIC_TASKS
+from jformer.data.synthetic.dataset import SyntheticDataset, SyntheticSource
+from jformer.registry import Registry, caller, check_options
 
 SPLITS = ("train", "valid", "test")
 _TFDS_SPLITS = {"train": "train", "valid": "validation", "test": "test"}
@@ -87,8 +95,26 @@ def available_datasets() -> list[str]:
   return REGISTRY.available()
 
 
+def dataset_options(name: str) -> dict[str, Any]:
+  """{option: default} of the options dataset `name` takes in `data.dataset_options` ({} for most datasets)."""
+  return dict(getattr(get_dataset(name), "options", {}))
+
+
+def check_dataset_options(name: str, options: Mapping[str, Any]) -> None:
+  """Refuses `options` dataset `name` does not take (ValueError naming them and the ones it takes)."""
+  known = dataset_options(name)
+  check_options(f"dataset '{name}'", "data.dataset_options", known, {}, dict(options))
+
+
+def synthetic_entry(name: str) -> SyntheticDataset | None:
+  """The entry of dataset `name` if it is a synthetic task (generated rows, fixed vocabulary), else None."""
+  entry = get_dataset(name)
+  return entry if isinstance(entry, SyntheticDataset) else None
+
+
 def load_split(dataset: str, split: str, *, path: str = "", data_dir: str | None = None, source_lang: str = "en",
-               target_lang: str = "de") -> TextPairSource | DocumentSource:
+               target_lang: str = "de", seed: int = 0,
+               options: Mapping[str, Any] | None = None) -> TextPairSource | DocumentSource | SyntheticSource:
   """The `split` ("train", "valid" or "test") of `dataset`: `{"inputs": str, "targets": str}` pairs
   (`TextPairSource`) or `{"text": str}` documents (`DocumentSource`), as the dataset holds.
 
@@ -98,11 +124,16 @@ def load_split(dataset: str, split: str, *, path: str = "", data_dir: str | None
     path: dataset-specific location (the folder for "parallel_text" and "text"; "" = the bundled corpus).
     data_dir: tfds data directory (where prepared datasets live); None = tfds's default.
     source_lang, target_lang: translation direction, for datasets with several languages.
+    seed, options: the data seed and `data.dataset_options`, for a dataset that takes options (a synthetic
+      task: rows `{"targets", ..., "targets_weights"}`, `SyntheticSource`); others refuse options.
   """
   if split not in SPLITS:
     raise ValueError(f"unknown split '{split}'; splits are {SPLITS}")
-  return get_dataset(dataset)(dataset, split, path=path, data_dir=data_dir, source_lang=source_lang,
-                              target_lang=target_lang)
+  loader = get_dataset(dataset)
+  check_dataset_options(dataset, options or {})
+  extra = dict(seed=seed, **(options or {})) if hasattr(loader, "options") else {}
+  return loader(dataset, split, path=path, data_dir=data_dir, source_lang=source_lang, target_lang=target_lang,
+                **extra)
 
 
 def pair_texts(source: TextPairSource) -> Iterator[str]:
@@ -200,3 +231,8 @@ def _import_tfds_builder(name: str, package: str, *, example: str) -> None:
   except ImportError as e:
     raise ValueError(f"dataset '{name}': cannot import its tfds builder module {module} ({e}); use a tfds "
                      f"{package} dataset name such as {example}.") from e
+
+
+for _task in SYNTHETIC_TASKS:  # "mqar", "induction", "selective_copy", "listops".
+  REGISTRY.add(_task, SyntheticDataset(_task))
+del _task

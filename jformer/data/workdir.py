@@ -15,7 +15,8 @@ from etils import epath
 
 from jformer import paths
 from jformer.data.checks import check_vocab
-from jformer.data.sources import load_split, training_texts
+from jformer.data.sources import load_split, synthetic_entry, training_texts
+from jformer.data.synthetic.dataset import TaskVocabulary
 from jformer.data.tokenizer import Tokenizer, get_tokenizer
 
 # The vocabulary's checksum, recorded in the workdir when a run first uses it and checked at every later use
@@ -34,10 +35,11 @@ def vocab_path(config, workdir: epath.PathLike) -> epath.Path:
   return epath.Path(config.data.vocab_path or epath.Path(workdir) / "vocab" / f"spm_{config.model.vocab_size}.model")
 
 
-def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer:
+def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer | TaskVocabulary:
   """The run's SentencePiece model: `data.vocab_path` (which must exist), or trained once into `<workdir>/vocab/`
   on the training split (`sources.training_texts`: both sides of the pairs, or the documents' lines) and reused.
   A language model's vocabulary is lossless (`train_tokenizer`), so that its bits per byte count every byte.
+  A synthetic task's vocabulary is its own token ids (`TaskVocabulary`): nothing is trained, read or written.
 
   The vocabulary's size and sha256 are recorded in `<workdir>/vocab/vocab_checksum.json` when the run first uses it
   (process 0) and checked before every later load.
@@ -45,6 +47,9 @@ def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer:
   Raises:
     ValueError: the vocabulary differs from the one the run recorded (one line naming the file and the fix).
   """
+  synthetic = synthetic_entry(config.data.dataset)
+  if synthetic is not None:
+    return synthetic.vocabulary(config.data.dataset_options)
   path = vocab_path(config, workdir)
   record = epath.Path(workdir) / "vocab" / VOCAB_CHECKSUM
   problem = paths.checksum_problem(path, record)

@@ -56,8 +56,9 @@ class TransformerConfig:
 
   The option groups hold (option, value) pairs, sorted; `from_config` builds one from a config's model section.
   """
-  architecture: str = field("transformer", "The task and its model: 'transformer' (encoder-decoder translation) or "
-                            "'lm' (decoder-only language model); `jformer list task`.",
+  architecture: str = field("transformer", "The task and its model: 'transformer' (encoder-decoder translation), "
+                            "'lm' (decoder-only language model) or 'synthetic' (decoder-only, scored on a synthetic "
+                            "task's answers); `jformer list task`.",
                             choices=Registered("task"), identity=True)
   vocab_size: int = field(32000, "Shared source/target vocabulary size (SentencePiece).", at_least=1, identity=True)
   d_model: int = field(512, "Width of embeddings and residual stream (paper: d_model).", at_least=1, identity=True)

@@ -32,7 +32,8 @@ DEFAULT_CHUNK_TOKENS = 512
 
 def linear_cross_entropy(hidden_BxTxD: jax.Array, embedding_VxD: jax.Array, targets_BxT: jax.Array,
                          weights_BxT: jax.Array | None = None, label_smoothing: float = 0.0, *,
-                         chunk_tokens: int = DEFAULT_CHUNK_TOKENS) -> tuple[jax.Array, jax.Array, jax.Array]:
+                         chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+                         per_row: bool = False) -> tuple[jax.Array, jax.Array, jax.Array]:
   """Weighted label-smoothed cross-entropy of the logits `hidden E^T` (paper Sec. 3.4, 5.4), chunk by chunk.
 
   Args:
@@ -44,11 +45,13 @@ def linear_cross_entropy(hidden_BxTxD: jax.Array, embedding_VxD: jax.Array, targ
     label_smoothing: eps in [0, 1).
     chunk_tokens: about this many tokens (whole rows of the batch times a slice of T) per chunk; chunks run
       over T, so a batch sharded over devices stays sharded.
+    per_row: return the correct sums per row, `[B]` (an example is exactly right when its row's correct sum
+      equals its weight sum), instead of their total.
 
   Returns:
     `(loss_sum, weight_sum, correct_sum)` float32 scalars: sum of w * loss, sum of w, and the sum of w over the
-    tokens whose target logit is the largest (ties count as correct). Differentiable in `hidden` and
-    `embedding` (the loss sum only).
+    tokens whose target logit is the largest (ties count as correct; `[B]`, one per row, with `per_row`).
+    Differentiable in `hidden` and `embedding` (the loss sum only).
   """
   batch, length, _ = hidden_BxTxD.shape
   if targets_BxT.shape != (batch, length) or embedding_VxD.shape[1] != hidden_BxTxD.shape[2]:
@@ -57,9 +60,9 @@ def linear_cross_entropy(hidden_BxTxD: jax.Array, embedding_VxD: jax.Array, targ
   if weights_BxT is None:
     weights_BxT = (targets_BxT != 0).astype(jnp.float32)
   chunk_length = max(1, min(length, chunk_tokens // batch))
-  loss_sum, correct_sum = _fused(label_smoothing, chunk_length, hidden_BxTxD, embedding_VxD, targets_BxT,
-                                 weights_BxT.astype(jnp.float32))
-  return loss_sum, jnp.sum(weights_BxT.astype(jnp.float32)), correct_sum
+  loss_sum, correct_B = _fused(label_smoothing, chunk_length, hidden_BxTxD, embedding_VxD, targets_BxT,
+                               weights_BxT.astype(jnp.float32))
+  return loss_sum, jnp.sum(weights_BxT.astype(jnp.float32)), correct_B if per_row else jnp.sum(correct_B)
 
 
 def _chunks(x_BxTx_: jax.Array, chunk_length: int) -> jax.Array:
@@ -77,7 +80,8 @@ def _unchunk(x_NxBxCx_: jax.Array, length: int) -> jax.Array:
 
 
 def _scan_chunks(label_smoothing: float, chunk_length: int, hidden, embedding, targets, weights, with_grads: bool):
-  """Loss and correct sums over all chunks; with `with_grads`, also dL/dhidden and dL/dembedding (cotangent 1)."""
+  """The loss sum and the correct sums per row `[B]` over all chunks; with `with_grads`, also dL/dhidden and
+  dL/dembedding (cotangent 1)."""
   vocab = embedding.shape[0]
   confidence, low = smoothed_target(label_smoothing, vocab)
   offset = smoothed_target_entropy(confidence, low, vocab)
@@ -93,7 +97,7 @@ def _scan_chunks(label_smoothing: float, chunk_length: int, hidden, embedding, t
     z_target_BxC = jnp.take_along_axis(z_BxCxV, t_BxC[..., None], axis=-1)[..., 0]
     loss_BxC = max_BxC + jnp.log(sum_exp_BxC) - (confidence - low) * z_target_BxC - low * z_BxCxV.sum(-1) - offset
     loss_sum += jnp.sum(w_BxC * loss_BxC)
-    correct_sum += jnp.sum(w_BxC * (z_target_BxC >= max_BxC))
+    correct_sum += jnp.sum(w_BxC * (z_target_BxC >= max_BxC), axis=1)
     if not with_grads:
       return (loss_sum, correct_sum, grad_table), None
     target_BxCxV = jnp.arange(vocab, dtype=t_BxC.dtype) == t_BxC[..., None]
@@ -105,7 +109,7 @@ def _scan_chunks(label_smoothing: float, chunk_length: int, hidden, embedding, t
     return (loss_sum, correct_sum, grad_table), grad_h_BxCxD.astype(hidden.dtype)
 
   grad_table = jnp.zeros(embedding.shape if with_grads else (), jnp.float32)
-  init = (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32), grad_table)
+  init = (jnp.zeros((), jnp.float32), jnp.zeros(hidden.shape[:1], jnp.float32), grad_table)
   xs = tuple(_chunks(x, chunk_length) for x in (hidden, targets, weights))
   (loss_sum, correct_sum, grad_table), grad_hidden = lax.scan(chunk, init, xs)
   if not with_grads:

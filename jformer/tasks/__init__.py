@@ -3,6 +3,8 @@
     "transformer" -> TranslationTask    pairs; eval loss, accuracy, perplexity; test BLEU (decoded with config.decode)
     "lm"          -> LanguageModelTask  documents; eval loss, accuracy, perplexity, bits per byte; the xz baseline;
                                         test bits per byte at data.max_length and at each train.eval_lengths
+    "synthetic"   -> SyntheticTask      generated rows (mqar, induction, ...); loss, accuracy and exact match of the
+                                        answer positions only (`targets_weights`)
 
 The train loop (`jformer.train.loop`) and `jformer evaluate` (`jformer.train.evaluation`) only talk to a task:
 
@@ -23,7 +25,8 @@ with `--config.imports`.
 
 from jformer.tasks.language_model import LanguageModelTask
 from jformer.tasks.registry import REGISTRY, TaskEntry, available, build_model, get, make_task, register
+from jformer.tasks.synthetic import SyntheticTask
 from jformer.tasks.translation import TranslationTask
 
-__all__ = ["REGISTRY", "LanguageModelTask", "TaskEntry", "TranslationTask", "available", "build_model", "get",
-           "make_task", "register"]
+__all__ = ["REGISTRY", "LanguageModelTask", "SyntheticTask", "TaskEntry", "TranslationTask", "available",
+           "build_model", "get", "make_task", "register"]

@@ -16,12 +16,13 @@ def per_host(total: int, what: str) -> int:
 
 
 def eval_sums(eval_step, params, batches) -> dict:
-  """{nll_sum, correct, tokens}: the eval step's sums over finite `batches` (no label smoothing), as floats."""
+  """{nll_sum, correct, tokens, ...}: the eval step's sums over finite `batches` (no label smoothing), as floats
+  (every key it returns: with answer weights also `examples` and `exact`)."""
   totals = {"nll_sum": 0.0, "correct": 0.0, "tokens": 0.0}
   for batch in batches:
     sums = eval_step(params, batch)
-    for key in totals:
-      totals[key] += float(sums[key])
+    for key, value in sums.items():
+      totals[key] = totals.get(key, 0.0) + float(value)
   return totals
 
 

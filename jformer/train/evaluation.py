@@ -4,7 +4,8 @@
 
 Translation: loss, accuracy, perplexity (teacher-forced, rows of data.max_length) and BLEU (decoded with the run's
 `config.decode`); language model: loss, accuracy, perplexity and bits per byte (each document read in pieces of at
-most data.max_length tokens), and for the valid split the xz baseline. The results go to
+most data.max_length tokens), and for the valid split the xz baseline; synthetic task: loss, accuracy, perplexity and
+exact match of the answer positions. The results go to
 `<workdir>/evaluate_<split>_<max_length>.json`.
 """
 

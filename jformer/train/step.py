@@ -17,13 +17,22 @@ from jformer.train.state import TrainState
 FINITE_CHECKS = ("loss", "gradients", "updated parameters")
 
 
+# A batch key of per-token loss weights (a synthetic task's answer positions: `jformer.data.synthetic.dataset`'s
+# rows).
+WEIGHTS_KEY = "targets_weights"
+
+
 def token_weights(batch: dict) -> jax.Array:
-  """1.0 on real target tokens, 0.0 on padding."""
+  """The batch's `targets_weights` where it has them (loss and accuracy count only those tokens, e.g. a synthetic
+  task's answers), else 1.0 on real target tokens and 0.0 on padding."""
+  if WEIGHTS_KEY in batch:
+    return batch[WEIGHTS_KEY].astype(jnp.float32)
   return (batch["targets"] != PAD_ID).astype(jnp.float32)
 
 
-def output_loss_sums(model, params, batch: dict, label_smoothing: float, **apply_kwargs):
-  """(loss_sum, weight_sum, correct_sum) of the model's predictions of `batch["targets"]`.
+def output_loss_sums(model, params, batch: dict, label_smoothing: float, *, per_row: bool = False, **apply_kwargs):
+  """(loss_sum, weight_sum, correct_sum) of the model's predictions of `batch["targets"]`, weighted by
+  `token_weights`; with `per_row`, correct_sum is `[B]`, one per row.
 
   The model returns its final hidden states and output embedding, and `linear_cross_entropy` projects and
   scores them chunk by chunk: the same numbers as the smoothed cross-entropy and accuracy of the full logits,
@@ -31,7 +40,8 @@ def output_loss_sums(model, params, batch: dict, label_smoothing: float, **apply
   """
   args, kwargs = model.call_arguments(batch)
   hidden, output_embedding = model.apply({"params": params}, *args, **kwargs, return_hidden=True, **apply_kwargs)
-  return linear_cross_entropy(hidden, output_embedding, batch["targets"], token_weights(batch), label_smoothing)
+  return linear_cross_entropy(hidden, output_embedding, batch["targets"], token_weights(batch), label_smoothing,
+                              per_row=per_row)
 
 
 def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumulation_steps: int = 1,
@@ -149,11 +159,19 @@ def averages(sums: dict) -> dict:
 
 
 def make_eval_step(model, *, axis_name: str | None = None):
-  """Builds `eval_step(params, batch) -> {nll_sum, correct, tokens}` (no smoothing, no dropout; sums)."""
+  """Builds `eval_step(params, batch) -> {nll_sum, correct, tokens}` (no smoothing, no dropout; sums).
+
+  A batch with `targets_weights` (`WEIGHTS_KEY`) also gives `examples`, its rows with a weight, and `exact`, those
+  whose every weighted token is predicted right (a synthetic task's whole-example exact match)."""
 
   def eval_step(params, batch: dict):
-    nll_sum, tokens, correct = output_loss_sums(model, params, batch, 0.0, deterministic=True)
-    sums = {"nll_sum": nll_sum, "correct": correct, "tokens": tokens}
+    weighted = WEIGHTS_KEY in batch
+    nll_sum, tokens, correct = output_loss_sums(model, params, batch, 0.0, per_row=weighted, deterministic=True)
+    sums = {"nll_sum": nll_sum, "correct": jnp.sum(correct), "tokens": tokens}
+    if weighted:
+      weights_B = jnp.sum(token_weights(batch), axis=1)
+      sums["examples"] = jnp.sum(weights_B > 0).astype(jnp.float32)
+      sums["exact"] = jnp.sum((weights_B > 0) & (correct >= weights_B)).astype(jnp.float32)
     return jax.lax.psum(sums, axis_name) if axis_name is not None else sums
 
   return eval_step

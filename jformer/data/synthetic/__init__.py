@@ -15,6 +15,8 @@ unk; 0 pads the end of a shorter example). Example `index` of dataset `seed` is 
 option and its allowed range, and gives `Sizes(seq_len, vocab_size)` to size a model's config.
 
     batch = examples("mqar", seed=0, indices=range(64), seq_len=128, num_kv_pairs=8)  # tokens int32 [64, 128]
+
+As datasets of the registry (`data.dataset="mqar"`, options in `data.dataset_options`): `dataset.py`.
 """
 
 from __future__ import annotations
