@@ -374,6 +374,7 @@ def main(argv=None):
   args, overrides = parse(argv)
   fn, _ = COMMANDS[args.command]
   runtime.configure_host_allocator()  # before JAX starts its threads.
+  runtime.configure_compilation_cache()  # before the first compilation.
   try:
     fn(args, overrides)
   except (KeyError, ValueError, TypeError, FileNotFoundError, FloatingPointError) as e:
