@@ -9,7 +9,7 @@
     jformer visualize-attention --workdir=runs/demo --text "Save the file before closing."
     jformer launch --sweep=configs/sweeps/attention_variants.py [--backend=local|slurm|tpu_vm] [--dry_run]
     jformer sweep-report --sweep=configs/sweeps/attention_variants.py
-    jformer list [attention|positional|dataset|task]
+    jformer list [attention|positional|normalization|activation|dataset|task]
     jformer visualize-attention --workdir=runs/demo --text "Save the file." [--out=runs/demo/attention]
 
 Config overrides are `--config.<dotted.key>=<value>` after the sub-command. Every sub-command takes `--verbose`
@@ -267,12 +267,12 @@ def _kinds() -> dict:
 
 
 def _list_arguments(parser):
-  parser.add_argument("kind", nargs="?", help="a plug-in kind: attention variant, positional encoding, dataset, "
-                      "task (default: every kind)")
+  parser.add_argument("kind", nargs="?", help="a plug-in kind: attention variant, positional encoding, "
+                      "normalization, activation, dataset, task (default: every kind)")
 
 
 @command("list", "list the registered plug-ins of every kind (or of one): attention variants, positional "
-         "encodings, datasets, tasks")
+         "encodings, normalizations, activations, datasets, tasks")
 def list_command(args, overrides):
   kinds = _kinds()
   chosen = [k for k in kinds if args.kind in (None, k, k.split()[0])]
@@ -374,6 +374,7 @@ def main(argv=None):
   args, overrides = parse(argv)
   fn, _ = COMMANDS[args.command]
   runtime.configure_host_allocator()  # before JAX starts its threads.
+  runtime.configure_compilation_cache()  # before the first compilation.
   try:
     fn(args, overrides)
   except (KeyError, ValueError, TypeError, FileNotFoundError, FloatingPointError) as e:

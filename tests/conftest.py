@@ -5,6 +5,10 @@ import os
 
 os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# No persistent compilation cache (jformer/runtime.py) in the tests and the commands they start: nothing is written
+# to the user's cache folder, and every test compiles what it checks (tests/test_runtime.py turns it on in a
+# temporary folder).
+os.environ["JFORMER_COMPILATION_CACHE"] = ""
 # This process only (see below): XLA's LLVM back end at -O0. The optimized HLO, hence the program and its runtime
 # calls (dots, collectives), is the same as at the default level; only its loops are compiled with fewer LLVM passes.
 # Test programs are tiny and compiled once or a few times, so compiling is most of their time: ~30% less of it here

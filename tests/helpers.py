@@ -187,6 +187,10 @@ SETTINGS = {
     "mask": Setting(frozenset({"mask"}), lambda: (*random_qkv(11, kv_len=SOURCE_LENGTH), dict(
         mask=jax.random.bernoulli(jax.random.PRNGKey(21), 0.6, (BATCH, 1, LENGTH, SOURCE_LENGTH))
         | (jnp.arange(SOURCE_LENGTH) == 0)))),
+    # Logits of std ~ 3 (queries x 3) against a cap of 2: most of them in tanh's bend, some saturated.
+    "softcap_decoder": Setting(frozenset({"softcap", "causal", "segment_ids"}), lambda: (
+        *((3.0 * x if i == 0 else x) for i, x in enumerate(random_qkv(15))),
+        dict(causal=True, q_segment_ids=PADDING, kv_segment_ids=PADDING, logits_softcap=2.0))),
 }
 
 
@@ -232,7 +236,7 @@ def params_of(name, heads):
 
 def visible_rows(q, k, kwargs):
   """`[B, T]` bool: the queries that see at least one key (others have no defined output)."""
-  masking = {n: x for n, x in kwargs.items() if n not in ("bias", "params")}
+  masking = {n: x for n, x in kwargs.items() if n not in ("bias", "params", "logits_softcap")}
   mask = masks.attention_mask(q.shape[1], k.shape[1], **masking)
   if mask is None:
     return np.ones(q.shape[:2], bool)

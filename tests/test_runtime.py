@@ -1,5 +1,6 @@
 """The host-allocator setting is applied only where it helps, XLA:CPU, decided without starting a backend."""
 
+import os
 import subprocess
 import sys
 
@@ -67,3 +68,49 @@ def test_model_dtype_auto_resolves_through_the_backend(monkeypatch):
   assert model_config.resolve_dtype("auto") == jnp.bfloat16
   with pytest.raises(ValueError, match=r"model.dtype='float16' is not one of \['bfloat16', 'float32', 'auto'\]"):
     model_config.resolve_dtype("float16")
+
+
+@pytest.mark.parametrize("env, want", [
+    ({"JFORMER_COMPILATION_CACHE": "/somewhere/xla"}, "/somewhere/xla"),
+    ({"JFORMER_COMPILATION_CACHE": ""}, None),
+    ({"JFORMER_COMPILATION_CACHE": "off"}, None),
+    ({"JAX_COMPILATION_CACHE_DIR": "/jax/own"}, "/jax/own"),  # the user's JAX setting is kept.
+    ({"XDG_CACHE_HOME": "/xdg"}, "/xdg/jformer/xla"),
+    ({"HOME": "/home/someone"}, "/home/someone/.cache/jformer/xla"),  # the default.
+])
+def test_compilation_cache_folder_from_the_environment(monkeypatch, env, want):
+  for name in (runtime.CACHE_ENV, "JAX_COMPILATION_CACHE_DIR", "XDG_CACHE_HOME"):
+    monkeypatch.delenv(name, raising=False)
+  for name, value in env.items():
+    monkeypatch.setenv(name, value)
+  assert runtime.compilation_cache_folder() == want
+
+
+# A process that compiles one program with the cache on (every compile written: min_compile_seconds=0), and prints
+# how many compilations the persistent cache answered.
+CACHED_COMPILE = """
+import jax, jax.numpy as jnp
+from jformer import runtime
+hits = []
+jax.monitoring.register_event_listener(lambda event, **kwargs: hits.append(event)
+                                       if event == "/jax/compilation_cache/cache_hits" else None)
+print("folder", runtime.configure_compilation_cache(min_compile_seconds=0))
+print(float(jax.jit(lambda x: jnp.tanh(x @ x.T).sum())(jnp.ones((8, 8)))))
+print("hits", len(hits))
+"""
+
+
+def test_a_second_process_loads_the_programs_the_first_compiled(tmp_path):
+  """The cache folder gets entries from the first process; the second loads its programs from them and writes
+  nothing new."""
+  folder = tmp_path / "xla"
+  env = {**os.environ, runtime.CACHE_ENV: str(folder)}
+  run = lambda: subprocess.run([sys.executable, "-c", CACHED_COMPILE], env=env, capture_output=True, text=True,
+                               timeout=120, check=True).stdout.split("\n")
+  first = run()
+  assert first[0] == f"folder {folder}" and first[2] == "hits 0"
+  entries = sorted(p.name for p in folder.iterdir())
+  assert entries
+  second = run()
+  assert second[1] == first[1] and int(second[2].split()[1]) >= 1
+  assert sorted(p.name for p in folder.iterdir()) == entries

@@ -16,7 +16,8 @@ from jformer.train.step import FINITE_CHECKS, add_to_totals, averages, new_total
 
 
 def step_metrics(step, loss, tokens, finite=(True, True, True), skipped_updates=0):
-  return {"loss": jnp.float32(loss), "accuracy": jnp.float32(0.5), "tokens": jnp.float32(tokens),
+  return {"loss": jnp.float32(loss), "accuracy": jnp.float32(0.5), "z_loss": jnp.float32(0.25),
+          "tokens": jnp.float32(tokens),
           "grad_norm": jnp.float32(2.0 * step), "learning_rate": jnp.float32(1e-3 * step),
           "finite": jnp.asarray(finite), "skipped_updates": jnp.int32(skipped_updates), "step": jnp.int32(step)}
 
@@ -39,6 +40,7 @@ def test_totals_weight_the_loss_by_tokens_and_record_the_first_bad_step_and_the_
   means = averages(clean)
   assert means["loss"] == pytest.approx((2.0 * 10 + 4.0 * 30) / 40)  # per target token, not per step.
   assert means["accuracy"] == pytest.approx(0.5) and means["grad_norm"] == pytest.approx(3.0)
+  assert means["z_loss"] == pytest.approx(0.25)
   assert means["learning_rate"] == pytest.approx(2e-3)  # the latest.
 
 

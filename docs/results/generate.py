@@ -429,6 +429,31 @@ each table with the sweep's setup, its points, and what the figures show and do 
 """
 
 
+COMPILE_CACHE_INTRO = """\
+`benchmarks/compile_cache.py`: what the persistent compilation cache (`jformer/runtime.py`, on by default) saves.
+For each mode (cache off; on, in a fresh folder), three fresh `jformer train` processes of one config: point A,
+point B (another `train.seed`: a seed sweep's second point, the same programs) and A resumed for as many steps
+again; each evaluates and decodes BLEU on 8 sentences at its last step. `compile s` is the sum of JAX's
+`backend_compile_duration` events in the process (XLA compiling a program, or loading it from the cache); `process
+s` the whole process, data preparation (the first run prepares the dataset the others share), vocabulary training
+and checkpoints included. One run per row, not the repetitions of the timing rules below, on a machine other
+processes may share: the two point A rows (nothing to load either way) show the spread between runs. Programs compiled in under 0.5 s are not cached
+(`runtime.CACHE_MIN_COMPILE_SECONDS`): what a cached run still compiles. A sweep over a value the train step holds
+as a constant (the learning rate) compiles that step again and loads the rest.
+"""
+
+
+def compile_cache_section(path: str, data: dict) -> str:
+  setup = f"Config `{data['config']}`, {data['steps']} steps per run (the resume: {2 * data['steps']})"
+  if data.get("overrides"):
+    setup += ", " + " ".join(f"`{o}`" for o in data["overrides"])
+  rows = [[r["cache"], r["run"], fixed(r["compile_s"], 1), count(r["cache_hits"]), fixed(r["wall_s"], 1)]
+          for r in data["rows"]]
+  return paragraphs(provenance(path, data), setup + ".",
+                    table(["cache", "run", "compile s", "programs loaded from the cache", "process s"], rows,
+                          "llrrr"))
+
+
 @dataclasses.dataclass(frozen=True)
 class Page:
   file: str
@@ -460,6 +485,8 @@ PAGES = (
          "extrapolation of the positional encodings", SWEEP_INTRO, sweep_section, timed=False),
     Page("accelerator.md", "Accelerator (GPU/TPU) check", "accelerator", "attention kernels against the "
          "reference, the BASE bfloat16 train step and decoding on a GPU", ACCELERATOR_INTRO, accelerator_section),
+    Page("compile_cache.md", "The persistent compilation cache", "compile_cache", "compile seconds of a sweep "
+         "point and of a resume, with and without the cache", COMPILE_CACHE_INTRO, compile_cache_section),
 )
 
 

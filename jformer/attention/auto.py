@@ -7,7 +7,7 @@ For each call, in order:
   call runs (`AttentionVariant.refusal`: the features it declares, and its
   `limits` on shapes and dtypes); a bias, a mask, or causal masking by explicit positions (decode steps; the
   model's packed training rows come without them, `jformer.models.layers.MultiHeadAttention`) is expressed by
-  none of them;
+  none of them, nor is a logit soft-cap (no kernel declares "softcap" yet);
 - otherwise: `chunked` when query length x key length >= `BLOCKWISE_MIN_PAIRS` (512 x 512), memory linear in
   the length and no slower than dense there on CPU (`benchmarks/attention.py`, docs/results/); else
   `dot_product`, the dense reference, fastest for short sequences and decode.
@@ -71,17 +71,17 @@ def choose(query, key, value=None, *, backend: str | None = None, **masking) -> 
                  _relevant(masking), skip=())
 
 
-@register("auto", supports={"causal", "segment_ids", "positions", "mask", "bias", "dropout", "decode", "gqa"},
-          weights=softmax_weights)
+@register("auto", supports={"causal", "segment_ids", "positions", "mask", "bias", "dropout", "decode", "gqa",
+                            "softcap"}, weights=softmax_weights)
 def auto(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
-         kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, mesh=None):
+         kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, logits_softcap=0.0, mesh=None):
   """The fastest that can run each call: library kernels by priority (GPU, TPU), else chunked (long) or dot_product.
 
   `mesh`: passed to the kernel that runs (module doc).
   """
   masking = _relevant(dict(causal=causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
                            q_positions=q_positions, kv_positions=kv_positions, mask=mask, bias=bias,
-                           dropout_rate=dropout_rate, dropout_rng=dropout_rng))
+                           dropout_rate=dropout_rate, dropout_rng=dropout_rng, logits_softcap=logits_softcap))
   backend = _backend()
   choice = _choose(query, key, value, backend, masking, skip=())
   message = (f"attention 'auto' on {backend}, {query.dtype}, T={query.shape[1]} S={key.shape[1]} "

@@ -11,7 +11,8 @@ Forward (Milakov & Gimelshein 2018; FlashAttention-2, Dao 2023), for query chunk
 Backward, recomputing p_ij = e^(s_ij - lse_i) block by block, with Delta_i = rowsum(dout_i * out_i):
     dv_j += p_ij^T dout_i,   ds_ij = p_ij * (dout_i v_j^T - Delta_i),
     (dq_i, dk_j, dparams) += vjp of score at (q_i, k_j) applied to ds_ij,   dbias_ij = ds_ij (summed where broadcast).
-The score is q k^T / sqrt(d) (paper eq. 1) unless a `score` function is given: then any differentiable
+The score is q k^T / sqrt(d) (paper eq. 1) unless a `score` function is given, soft-capped (cap * tanh(s / cap),
+Gemma 2) when a cap is given, which the backward differentiates with the score: then any differentiable
 `score(q [B, H, cq, E], k [B, H, ck, E], params) -> [B, H, cq, ck]` works, its parameters get their gradient
 here, and only one block of its intermediates (e.g. additive attention's `[B, H, cq, ck, hidden]`) is ever held.
 Blocks where no query sees any key (other segments, the causal future, padding, unfilled cache slots) are
@@ -33,16 +34,19 @@ import jax.numpy as jnp
 from jax import lax
 
 from jformer.ops import masks
+from jformer.ops.softcap import soft_cap
 
 MASK_VALUE = float(jnp.finfo(jnp.float32).min)
 
 
 @dataclasses.dataclass(frozen=True)
 class Blocks:
-  """Static layout of one call: chunk sizes (the padded lengths are multiples of them) and the causal flag."""
+  """Static layout of one call: chunk sizes (the padded lengths are multiples of them), the causal flag and the
+  logit soft-cap (0: none)."""
   query_chunk: int
   key_chunk: int
   causal: bool
+  softcap: float = 0.0
 
 
 class Visibility(NamedTuple):
@@ -62,8 +66,9 @@ Score = Callable[..., jax.Array]
 
 
 def attention(query, key, value, *, causal, q_segment_ids, kv_segment_ids, q_positions, kv_positions, mask, bias,
-              query_chunk_size: int, key_chunk_size: int, score: Score | None = None, params=None) -> jax.Array:
-  """softmax(score(Q, K) + bias) V over the visible keys, chunk by chunk (arguments: the variant signature).
+              query_chunk_size: int, key_chunk_size: int, score: Score | None = None, params=None,
+              softcap: float = 0.0) -> jax.Array:
+  """softmax(cap(score(Q, K)) + bias) V over the visible keys, chunk by chunk (arguments: the variant signature).
 
   Args:
     query: `[B, T, H, E]`; key `[B, S, K, E]`, value `[B, S, K, Dv]` with H % K == 0 (K == H with a `score`).
@@ -72,6 +77,7 @@ def attention(query, key, value, *, causal, q_segment_ids, kv_segment_ids, q_pos
     score: `score(q [B, H, cq, E], k [B, H, ck, E], params) -> [B, H, cq, ck]` float32, a module-level
       function (it is a static argument); None = Q K^T / sqrt(E) (paper eq. 1).
     params: the pytree `score` reads (differentiated like query and key), or None.
+    softcap: > 0: the scores become softcap * tanh(score / softcap) before the bias (`ops.softcap`); 0: off.
 
   Returns:
     `[B, T, H, Dv]`.
@@ -93,7 +99,7 @@ def attention(query, key, value, *, causal, q_segment_ids, kv_segment_ids, q_pos
   k_BxKxSxD, v_BxKxSxD = (jnp.pad(x, ((0, 0), (0, kv_pad), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
                           for x in (key, value))
   pairwise = functools.partial(_pairwise, shape=(batch, heads, q_len, kv_len), pads=(q_pad, kv_pad))
-  out_BxKxGxTxD = _attend(Blocks(query_chunk_size, key_chunk_size, causal), score,
+  out_BxKxGxTxD = _attend(Blocks(query_chunk_size, key_chunk_size, causal, float(softcap)), score,
                           q_BxKxGxTxD, k_BxKxSxD, v_BxKxSxD, params, visibility, pairwise(mask, "mask"),
                           pairwise(bias, "bias"))
   return out_BxKxGxTxD.transpose(0, 3, 1, 2, 4).reshape(batch, q_len + q_pad, heads, -1)[:, :q_len]
@@ -116,7 +122,7 @@ def scan_forward(blocks: Blocks, score: Score | None, q, k, v, params, visibilit
 
       def attend(carry):
         m, l, acc = carry
-        s = _logits(blocks, _scores(score, q_blk, k_blk, params), bias, visible, i, j)
+        s = _logits(blocks, _scores(blocks, score, q_blk, k_blk, params), bias, visible, i, j)
         m_new = jnp.maximum(m, s.max(-1))
         correction = jnp.exp(m - m_new)
         p = jnp.exp(s - m_new[..., None])
@@ -136,11 +142,13 @@ def scan_forward(blocks: Blocks, score: Score | None, q, k, v, params, visibilit
           jnp.moveaxis(lse, 0, 3).reshape(batch, kv_heads, groups, q_len))
 
 
-def _scores(score: Score | None, q_blk, k_blk, params) -> jax.Array:
-  """`[B, K, G, cq, ck]` float32 logits of one block: q k^T, or `score` per head (G = 1 then)."""
+def _scores(blocks: Blocks, score: Score | None, q_blk, k_blk, params) -> jax.Array:
+  """`[B, K, G, cq, ck]` float32 logits of one block: q k^T, or `score` per head (G = 1 then); soft-capped."""
   if score is None:
-    return jnp.einsum("bkgqd,bkcd->bkgqc", q_blk, k_blk, preferred_element_type=jnp.float32)
-  return score(q_blk[:, :, 0], k_blk, params).astype(jnp.float32)[:, :, None]
+    s = jnp.einsum("bkgqd,bkcd->bkgqc", q_blk, k_blk, preferred_element_type=jnp.float32)
+  else:
+    s = score(q_blk[:, :, 0], k_blk, params).astype(jnp.float32)[:, :, None]
+  return soft_cap(s, blocks.softcap)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
@@ -172,7 +180,7 @@ def _backward(blocks, score, residuals, dout):
       visible = _visible(blocks, visibility, mask, i, j, kv_heads)
 
       def grads(_):
-        scores, score_vjp = jax.vjp(functools.partial(_scores, score), q_blk, k_blk, params)
+        scores, score_vjp = jax.vjp(functools.partial(_scores, blocks, score), q_blk, k_blk, params)
         p = jnp.exp(_logits(blocks, scores, bias, visible, i, j) - lse_blk[..., None])
         dp = jnp.einsum("bkgqd,bkcd->bkgqc", do_blk, v_blk, preferred_element_type=jnp.float32)
         ds = p * (dp - delta_blk[..., None])

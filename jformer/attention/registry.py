@@ -25,12 +25,17 @@ from jformer.registry import Param, Registry, caller, check_options, first_line,
 #   decode       a decode step: T=1 query against a key/value cache of S slots
 #   gqa          key/value with K heads, H % K == 0 (grouped-query / multi-query attention), taken as they are;
 #                every variant accepts K < H: for one that does not declare it the registry repeats the heads
-FEATURES = ("causal", "segment_ids", "positions", "mask", "bias", "dropout", "decode", "gqa")
+#   softcap      `logits_softcap` > 0: the logits (before the bias) become cap * tanh(logits / cap) (Gemma 2)
+FEATURES = ("causal", "segment_ids", "positions", "mask", "bias", "dropout", "decode", "gqa", "softcap")
 
 # The keyword arguments of the one variant signature (see `jformer/attention/__init__.py`), with their defaults.
 MASKING = dict(causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None, kv_positions=None,
                mask=None, bias=None)
-SIGNATURE = dict(MASKING, dropout_rate=0.0, dropout_rng=None)
+SIGNATURE = dict(MASKING, dropout_rate=0.0, dropout_rng=None, logits_softcap=0.0)
+
+# Arguments of the signature that only a variant declaring their feature takes (and sees): the variants written
+# before the feature existed keep their signature, and a call asking for the feature is refused by them as usual.
+FEATURE_ARGUMENTS = {"logits_softcap": "softcap"}
 
 # Keyword arguments a variant function may take that are not options: its declared parameters, and the mesh a
 # kernel runs per device on (`jformer.axes.Placement`, or None).
@@ -41,14 +46,16 @@ MODEL_DIMS = ("heads", "kv_heads", "head_dim", "d_model")
 
 
 def softmax_weights(query, key, **masking) -> jax.Array:
-  """softmax(Q K^T / sqrt(d_k) + bias) over the visible keys (paper eq. 1): `[B, H, T, S]` float32.
+  """softmax(cap(Q K^T / sqrt(d_k)) + bias) over the visible keys (paper eq. 1; cap: the soft-cap `logits_softcap`,
+  off at 0): `[B, H, T, S]` float32.
 
   The attention weights of every softmax variant (dot_product, chunked, xla, cudnn, splash, pallas_gpu, auto): their
   `weights=`. `masking`: the masking arguments of the signature; options are ignored.
   """
   visible = attention_mask(query.shape[1], key.shape[1], **{k: masking.get(k, v) for k, v in MASKING.items()
                                                               if k != "bias"})
-  return dot_product_weights(query, key, mask=visible, bias=masking.get("bias"))
+  return dot_product_weights(query, key, mask=visible, bias=masking.get("bias"),
+                             softcap=masking.get("logits_softcap", 0.0))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,7 +141,7 @@ class AttentionVariant:
     missing = sorted(requested_features(**masking) - self.supports)
     if missing:
       return f"does not support {missing}"
-    return None if self.limits is None else self.limits(query, key, value, **masking)
+    return None if self.limits is None else self.limits(query, key, value, **_declared(self.supports, masking))
 
   def param_dims(self, dims: Mapping[str, int], options: Mapping[str, Any]) -> dict[str, Any]:
     """The names a parameter shape may use: model `dims` (MODEL_DIMS), the options given, their defaults."""
@@ -169,7 +176,7 @@ def _declare(name: str, fn: Callable, *, supports, params: Mapping[str, Param] |
                      "so it needs platforms= (e.g. platforms={'gpu'})")
   parameters = inspect.signature(fn).parameters
   takes_rest = any(p.kind == p.VAR_KEYWORD for p in parameters.values())  # `**masking` takes the signature
-  lacking = [] if takes_rest else sorted(set(SIGNATURE) - set(parameters))
+  lacking = [] if takes_rest else sorted(set(_declared(supports, SIGNATURE)) - set(parameters))
   if lacking:
     raise ValueError(f"attention variant '{name}' must accept the keyword arguments {lacking} (the one "
                      "signature, see jformer/attention/__init__.py)")
@@ -251,7 +258,8 @@ def kernels(backend: str) -> list[AttentionVariant]:
 
 
 def requested_features(*, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
-                       kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None) -> set[str]:
+                       kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None,
+                       logits_softcap=0.0) -> set[str]:
   """The FEATURES a call with these keyword arguments uses (decode and gqa are shapes, not arguments)."""
   del dropout_rng
   used = {"causal"} if causal else set()
@@ -265,7 +273,15 @@ def requested_features(*, causal=False, q_segment_ids=None, kv_segment_ids=None,
     used.add("bias")
   if dropout_rate > 0:
     used.add("dropout")
+  if logits_softcap:
+    used.add("softcap")
   return used
+
+
+def _declared(supports, arguments: Mapping[str, Any]) -> dict[str, Any]:
+  """`arguments` without those of features not in `supports` (`FEATURE_ARGUMENTS`; called only once a call asking
+  for such a feature has been refused, so what is dropped is the feature's off value)."""
+  return {k: v for k, v in arguments.items() if FEATURE_ARGUMENTS.get(k) in (None, *supports)}
 
 
 def check_shapes(name: str, query: jax.Array, key: jax.Array, value: jax.Array | None) -> None:
@@ -302,6 +318,7 @@ def _guarded(name: str, declared: frozenset, params: Mapping[str, Param], option
     if refused:
       raise ValueError(f"attention variant '{name}' does not support {refused}, which this call asks for; it "
                        f"supports {sorted(declared | {'gqa'})}. Pick another variant (known: {available()}).")
+    arguments = _declared(declared, arguments)
     given = kwargs.get("params")
     if params and (given is None or set(given) != set(params)):
       raise ValueError(f"attention variant '{name}' needs params={{{', '.join(sorted(params))}}} (its declared "

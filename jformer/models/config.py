@@ -1,10 +1,10 @@
 """The model section of a config, declared once: `TransformerConfig` is both its schema (each field's default,
 meaning, allowed values and identity: `jformer.schema.field`) and the frozen config the modules read.
 
-Registry names (`attention`, `positional`) are resolved to their entries once per config object
-(`attention_variant`, `positional_encoding`); the compute dtype 'auto' is resolved when first used, inside the
-model, so that reading and checking a config never starts JAX's backend (a multi-process job must join
-`jax.distributed` first).
+Registry names (`attention`, `positional`, `normalization`, `activation`) are resolved to their entries once per
+config object (`attention_variant`, `positional_encoding`, `make_norm`, `activation_fn`); the compute dtype 'auto' is
+resolved when first used, inside the model, so that reading and checking a config never starts JAX's backend (a
+multi-process job must join `jax.distributed` first).
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import jax
 import jax.numpy as jnp
 
 from jformer import attention, positional, registry, runtime
+from jformer.models import activations, norms
 from jformer.schema import Registered, field
 
 NORMS = ("post", "pre")
-ACTIVATIONS = ("relu", "gelu")
 REMAT = ("auto", "none", "full")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
@@ -80,10 +80,28 @@ class TransformerConfig:
   positional_options: tuple = field((), "Keyword options of that encoding (e.g. num_buckets).", group=True,
                                     identity=True)
   max_length: int = field(512, "Longest sequence the position tables cover.", at_least=1, identity=True)
-  norm: str = field("post", "'post': LayerNorm(x + Sublayer(x)) as the paper; 'pre': x + Sublayer(LayerNorm(x)).",
+  norm: str = field("post", "'post': Norm(x + Sublayer(x)) as the paper; 'pre': x + Sublayer(Norm(x)).",
                     choices=NORMS, identity=True)
-  activation: str = field("relu", "Feed-forward nonlinearity: 'relu' (paper) or 'gelu'.", choices=ACTIVATIONS,
+  normalization: str = field("layernorm", "The norm of every sublayer, the final norm and QK-norm: 'layernorm' "
+                             "(paper) or 'rmsnorm' (`jformer list normalization`).",
+                             choices=Registered("normalization"), identity=True)
+  final_norm: bool = field(True, "A pre-norm stack ends with a norm of its output (a post-norm stack's last "
+                           "sublayer norm ends it anyway); False drops it (pre-norm only).", identity=True)
+  activation: str = field("relu", "Feed-forward: 'relu' (paper), 'gelu', or gated 'swiglu', 'geglu' (Shazeer 2020: "
+                          "act(x W_0) * (x W_1), two input projections; d_ff = 2/3 of the plain width keeps the "
+                          "parameter count); `jformer list activation`.", choices=Registered("activation"),
                           identity=True)
+  qk_norm: bool = field(False, "Normalize queries and keys over head_dim (learned scale) before their product "
+                        "(Dehghani et al. 2023); the norm is `normalization`.", identity=True)
+  attention_logit_softcap: float = field(0.0, "> 0: attention logits -> cap * tanh(logits / cap) (Gemma 2); needs a "
+                                         "variant declaring 'softcap' (auto picks one); 0 = off (paper).", at_least=0,
+                                         identity=True)
+  final_logit_softcap: float = field(0.0, "> 0: output logits -> cap * tanh(logits / cap) (Gemma 2), in training, "
+                                     "evaluation and decoding; 0 = off (paper).", at_least=0, identity=True)
+  z_loss: float = field(0.0, "Weight of the z-loss, weight * log(Z)^2 per target token, Z the softmax normaliser "
+                        "(PaLM: 1e-4); its value is logged as train/z_loss; 0 = off (paper).", at_least=0)
+  use_bias: bool = field(True, "Biases in the attention and feed-forward projections and in the norms (paper: "
+                         "True; the key projection never has one).", identity=True)
   remat: str = field("auto", "Recompute layer activations in the backward pass: auto (>= 1024 tokens), none, full.",
                      choices=REMAT)
   share_embeddings: bool = field(True, "One embedding matrix for source and target tokens (paper Sec. 3.4).",
@@ -108,6 +126,16 @@ class TransformerConfig:
   def positional_encoding(self) -> positional.PositionalEncoding:
     """The registered positional encoding `positional` names (looked up once)."""
     return positional.get(self.positional)
+
+  @functools.cached_property
+  def make_norm(self):
+    """`make(*, use_bias, name) -> nn.Module`, the registered norm `normalization` names (looked up once)."""
+    return norms.get(self.normalization)
+
+  @functools.cached_property
+  def activation_fn(self) -> activations.Activation:
+    """The registered feed-forward activation `activation` names (looked up once)."""
+    return activations.get(self.activation)
 
   @property
   def head_dim(self) -> int:
@@ -144,8 +172,9 @@ class TransformerConfig:
 
   def needs(self, *, decoding: bool = False) -> dict[str, str]:
     """The attention features this model asks its variant for, each with the reason: what training asks (padding
-    and packing as segment ids; causal self-attention in a decoder; a bias encoding; attention dropout), and with
-    `decoding` what decoding adds (decode steps against a cache, masked by position)."""
+    and packing as segment ids; causal self-attention in a decoder; a bias encoding; attention dropout; grouped
+    key/value heads; a logit soft-cap), and with `decoding` what decoding adds (decode steps against a cache, masked
+    by position)."""
     needs = {"segment_ids": "padding and packed rows"}
     if self.num_decoder_layers:
       needs["causal"] = "the decoder's self-attention"
@@ -155,6 +184,8 @@ class TransformerConfig:
       needs["bias"] = f"model.positional='{self.positional}'"
     if self.kv_heads != self.num_heads:
       needs["gqa"] = f"model.num_kv_heads={self.num_kv_heads}"
+    if self.attention_logit_softcap > 0:
+      needs["softcap"] = f"model.attention_logit_softcap={self.attention_logit_softcap}"
     if decoding:
       needs["decode"] = needs["positions"] = "decoding (translate, generate, BLEU)"
     return needs
@@ -189,7 +220,14 @@ class TransformerConfig:
     for name, rate in (("dropout_rate", self.dropout_rate), ("attention_dropout_rate", self.attention_dropout_rate)):
       if not 0.0 <= rate < 1.0:
         problems.append(f"{name}={rate} is not in [0, 1)")
-    for resolve in (lambda: self.attention_variant, lambda: self.positional_encoding):
+    if not self.final_norm and self.norm != "pre":
+      problems.append("final_norm=False drops the final norm of a pre-norm stack; with norm='post' the last "
+                      "sublayer's norm ends the stack (set model.norm='pre', or leave final_norm=True)")
+    for name in ("attention_logit_softcap", "final_logit_softcap", "z_loss"):
+      if getattr(self, name) < 0:
+        problems.append(f"{name}={getattr(self, name)} is negative (0 = off)")
+    for resolve in (lambda: self.attention_variant, lambda: self.positional_encoding, lambda: self.make_norm,
+                    lambda: self.activation_fn):
       try:
         resolve()
       except KeyError as e:  # an unknown name: the known ones listed.

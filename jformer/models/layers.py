@@ -1,4 +1,4 @@
-"""Flax Linen layers of the Transformer: embeddings, positions, multi-head attention, feed-forward, residual.
+"""Flax Linen layers of the Transformer: embeddings, positions, multi-head attention, feed-forward, norms, residual.
 
 Shapes: B batch, L (or T/S) length, D d_model, H heads, G key/value heads, K head_dim, F d_ff, V vocab.
 """
@@ -18,16 +18,17 @@ from jformer.models.config import TransformerConfig
 from jformer.ops import dropout as dropout_op
 from jformer.ops import matmul
 
+
 def logical(init, *axes):
   """`init` for a parameter whose dimensions carry logical axis names (`jformer.axes`; mapped to mesh axes by
   `axes.RULES`)."""
   return nn.with_logical_partitioning(init, axes)
 
 
-def layer_norm(name: str) -> nn.LayerNorm:
-  """LayerNorm with replicated scale and bias (logical axis 'norm')."""
-  return nn.LayerNorm(scale_init=logical(nn.initializers.ones, axes.NORM),
-                      bias_init=logical(nn.initializers.zeros, axes.NORM), name=name)
+def norm(cfg: TransformerConfig, name: str) -> nn.Module:
+  """The `model.normalization` norm (`jformer.models.norms`; default LayerNorm: parameters `scale`, `bias`), with a
+  bias when `model.use_bias`, named `name`."""
+  return cfg.make_norm(use_bias=cfg.use_bias, name=name)
 
 
 class Embed(nn.Module):
@@ -176,9 +177,16 @@ class MultiHeadAttention(nn.Module):
   queries and keys. `position_bias` (an `AttentionBias`) adds a positional bias to the logits. A variant that
   learns parameters (additive, general, cosine, ...) gets them created here, under a scope named after it, from
   what it declares. `mesh` (a `jformer.axes.Placement`, None on one device) reaches the variant as `mesh=`: the
-  library kernels run on each device's share of the batch and heads. When the 'intermediates' collection is mutable (`apply(..., mutable=["intermediates"])`),
-  the attention weights `[B, H, T, S]` the variant applies (its `weights` function) are sown as
-  'attention_weights'; nothing is sown for a variant without one. The output is unchanged.
+  library kernels run on each device's share of the batch and heads. When the 'intermediates' collection is
+  mutable (`apply(..., mutable=["intermediates"])`), the attention weights `[B, H, T, S]` the variant applies (its
+  `weights` function) are sown as 'attention_weights'; nothing is sown for a variant without one. The output is
+  unchanged.
+
+  Block options: `model.use_bias` False drops the query, value and output biases; `model.qk_norm` normalizes each
+  query and key head over head_dim (`query_norm`, `key_norm`: the `model.normalization` norm, one scale of
+  head_dim shared by the heads; Dehghani et al. 2023) after the projection and before rotary positions, so the
+  cache holds normalized keys; `model.attention_logit_softcap` reaches the variant as `logits_softcap` (a variant
+  that does not declare "softcap" is refused when the config is checked).
 
   Positions reach the attention function's masking only where the index does not imply them: decode steps
   (slot order is not position order) and calls without segment ids. Self-attention with segment ids (training,
@@ -197,18 +205,26 @@ class MultiHeadAttention(nn.Module):
   def __call__(self, inputs_q_BxTxD, inputs_kv_BxSxD=None, *, q_segment_ids=None, kv_segment_ids=None,
                q_positions=None, kv_positions=None, deterministic: bool = True, decode: bool = False):
     cfg = self.config
-    heads = lambda n, axis, name, use_bias=True: Dense((cfg.d_model,), (n, cfg.head_dim), (axes.EMBED, axis, axes.HEAD_DIM),
-                                                       cfg.compute_dtype, use_bias, name=name)
+    heads = lambda n, axis, name, use_bias=cfg.use_bias: Dense(
+        (cfg.d_model,), (n, cfg.head_dim), (axes.EMBED, axis, axes.HEAD_DIM), cfg.compute_dtype, use_bias, name=name)
     query = heads(cfg.num_heads, axes.HEADS, "query")
     # No key bias: q.(k + b) shifts every logit of a query equally, which softmax ignores (its gradient is 0).
     key, value = heads(cfg.kv_heads, axes.KV_HEADS, "key", use_bias=False), heads(cfg.kv_heads, axes.KV_HEADS, "value")
     if inputs_kv_BxSxD is None and cfg.kv_heads == cfg.num_heads:  # self-attention: Q, K and V in one matmul.
       query_BxTxHxK, *key_value = project(inputs_q_BxTxD, (query, key, value), cfg.compute_dtype)
-      project_kv = lambda: key_value
+      projected_kv = lambda: key_value
     else:
       query_BxTxHxK, = project(inputs_q_BxTxD, (query,), cfg.compute_dtype)
       kv_source = inputs_q_BxTxD if inputs_kv_BxSxD is None else inputs_kv_BxSxD
-      project_kv = lambda: project(kv_source, (key, value), cfg.compute_dtype)
+      projected_kv = lambda: project(kv_source, (key, value), cfg.compute_dtype)
+    project_kv = projected_kv
+    if cfg.qk_norm:
+      query_norm, key_norm = norm(cfg, "query_norm"), norm(cfg, "key_norm")
+      query_BxTxHxK = query_norm(query_BxTxHxK).astype(cfg.compute_dtype)
+
+      def project_kv():
+        key_BxSxGxK, value_BxSxGxK = projected_kv()
+        return key_norm(key_BxSxGxK).astype(cfg.compute_dtype), value_BxSxGxK
 
     if decode and inputs_kv_BxSxD is not None:
       key_BxSxGxK, value_BxSxGxK = self._cross_attention_cache(project_kv)
@@ -230,6 +246,8 @@ class MultiHeadAttention(nn.Module):
       q_positions = kv_positions = None  # implied by index and segments (class doc): the kernels take the call.
     masking = dict(causal=self.causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
                    q_positions=q_positions, kv_positions=kv_positions, bias=bias)
+    if cfg.attention_logit_softcap > 0:
+      masking["logits_softcap"] = cfg.attention_logit_softcap
     variant, options = cfg.attention_variant, dict(cfg.attention_options)
     if variant.params:
       masking["params"] = plugin_params.DeclaredParams(variant.params, cfg.attention_param_dims, name=variant.name)()
@@ -241,8 +259,8 @@ class MultiHeadAttention(nn.Module):
                              dropout_rng=dropout_rng, mesh=self.mesh)
     if self.is_mutable_collection("intermediates") and not self.is_initializing() and variant.weights:
       self.sow("intermediates", "attention_weights", variant.weights(query_BxTxHxK, key_BxSxGxK, **masking, **options))
-    return Dense((cfg.num_heads, cfg.head_dim), (cfg.d_model,), (axes.HEADS, axes.HEAD_DIM, axes.EMBED), cfg.compute_dtype,
-                 name="out")(out_BxTxHxK)
+    return Dense((cfg.num_heads, cfg.head_dim), (cfg.d_model,), (axes.HEADS, axes.HEAD_DIM, axes.EMBED),
+                 cfg.compute_dtype, cfg.use_bias, name="out")(out_BxTxHxK)
 
   def _cross_attention_cache(self, project_kv):
     """Encoder-decoder keys and values `[B, S, G, K]` while decoding: projected once, when the cache is created
@@ -287,15 +305,25 @@ def _default_positions(positions, x_BxLxHxK):
 
 
 class FeedForward(nn.Module):
-  """FFN(x) = max(0, x W1 + b1) W2 + b2  (paper eq. 2); GELU instead of ReLU as an option."""
+  """FFN(x) = act(x W1 + b1) W2 + b2, act = max(0, x) (paper eq. 2) or another `model.activation`
+  (`jformer.models.activations`); parameters `wi`, `wo`. A gated activation (SwiGLU, GEGLU; Shazeer 2020):
+  FFN(x) = (act(x W0 + b0) * (x W1 + b1)) W2 + b2, parameters `wi_0`, `wi_1` (one matmul), `wo`: 3 d_model d_ff
+  weights instead of 2, so d_ff = 2/3 of the plain width keeps the count. No biases when not `model.use_bias`."""
   config: TransformerConfig
 
   @nn.compact
   def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
     cfg = self.config
-    h_BxLxF = Dense((cfg.d_model,), (cfg.d_ff,), (axes.EMBED, axes.MLP), cfg.compute_dtype, name="wi")(x_BxLxD)
-    h_BxLxF = nn.relu(h_BxLxF) if cfg.activation == "relu" else nn.gelu(h_BxLxF)
-    return Dense((cfg.d_ff,), (cfg.d_model,), (axes.MLP, axes.EMBED), cfg.compute_dtype, name="wo")(h_BxLxF)
+    activation = cfg.activation_fn
+    inner = lambda name: Dense((cfg.d_model,), (cfg.d_ff,), (axes.EMBED, axes.MLP), cfg.compute_dtype, cfg.use_bias,
+                               name=name)
+    if activation.gated:
+      gate_BxLxF, up_BxLxF = project(x_BxLxD, (inner("wi_0"), inner("wi_1")), cfg.compute_dtype)
+      h_BxLxF = activation.fn(gate_BxLxF) * up_BxLxF
+    else:
+      h_BxLxF = activation.fn(inner("wi")(x_BxLxD))
+    return Dense((cfg.d_ff,), (cfg.d_model,), (axes.MLP, axes.EMBED), cfg.compute_dtype, cfg.use_bias,
+                 name="wo")(h_BxLxF)
 
 
 class Dropout(nn.Module):

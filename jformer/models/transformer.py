@@ -13,8 +13,9 @@ import jax.numpy as jnp
 from jformer import axes
 from jformer.models import remat as remat_lib
 from jformer.models.config import TransformerConfig
-from jformer.models.layers import (AddPositions, AttentionBias, Dropout, Embed, FeedForward, MultiHeadAttention,
-                                   layer_norm, residual)
+from jformer.models.layers import (AddPositions, AttentionBias, Dropout, Embed, FeedForward, MultiHeadAttention, norm,
+                                   residual)
+from jformer.ops.softcap import soft_cap
 
 
 def shift_right(x_BxL: jax.Array, segmentation_BxL: jax.Array | None = None) -> jax.Array:
@@ -37,9 +38,9 @@ def segments_or_padding(tokens_BxL: jax.Array, segmentation_BxL: jax.Array | Non
 
 class TransformerLayer(nn.Module):
   """Self-attention, encoder-decoder attention (only when `encoded` is given), feed-forward; each sublayer
-  wrapped in residual + dropout + LayerNorm (paper Fig. 1). `causal` masks future positions (decoder).
-  `position_bias` (the stack's shared `AttentionBias`, or None) biases self-attention only; `mesh`: the
-  `jformer.axes.Placement` the attention kernels run per device on (None: one device)."""
+  wrapped in residual + dropout + norm (paper Fig. 1: LayerNorm; `model.normalization`). `causal` masks future
+  positions (decoder). `position_bias` (the stack's shared `AttentionBias`, or None) biases self-attention only;
+  `mesh`: the `jformer.axes.Placement` the attention kernels run per device on (None: one device)."""
   config: TransformerConfig
   causal: bool
   position_bias: nn.Module | None = None
@@ -56,7 +57,7 @@ class TransformerLayer(nn.Module):
         x_BxLxD, lambda h: self_attend(h, q_segment_ids=segment_ids_BxL, kv_segment_ids=segment_ids_BxL,
                                        q_positions=positions_BxL, kv_positions=positions_BxL,
                                        deterministic=deterministic, decode=decode),
-        norm=layer_norm("self_attention_norm"), **sub)
+        norm=norm(cfg, "self_attention_norm"), **sub)
     if encoded_BxSxD is not None:
       cross_attend = MultiHeadAttention(cfg, mesh=self.mesh, name="cross_attention")
       query_segments = segment_ids_BxL
@@ -66,10 +67,10 @@ class TransformerLayer(nn.Module):
           x_BxLxD, lambda h: cross_attend(h, encoded_BxSxD, q_segment_ids=query_segments,
                                           kv_segment_ids=encoder_segment_ids_BxS, deterministic=deterministic,
                                           decode=decode),
-          norm=layer_norm("cross_attention_norm"), **sub)
+          norm=norm(cfg, "cross_attention_norm"), **sub)
     feed_forward = FeedForward(cfg, name="feed_forward")
     return residual(x_BxLxD, feed_forward,
-                    norm=layer_norm("feed_forward_norm"), **sub)
+                    norm=norm(cfg, "feed_forward_norm"), **sub)
 
 
 class EncoderLayer(TransformerLayer):
@@ -121,7 +122,7 @@ def stack_position_bias(config: TransformerConfig, *, causal: bool) -> Attention
 
 
 class Encoder(nn.Module):
-  """Embedding + positions + dropout, N encoder layers, final LayerNorm for pre-LN."""
+  """Embedding + positions + dropout, N encoder layers, a final norm for pre-norm (`model.final_norm`)."""
   config: TransformerConfig
   embed: nn.Module
   mesh: axes.Placement | None = None
@@ -138,7 +139,7 @@ class Encoder(nn.Module):
       layer = EncoderLayer(cfg, position_bias=position_bias, mesh=self.mesh, name=f"layer_{i}")
       x_BxSxD = run_layer(self, layer, x_BxSxD, None, segment_ids_BxS, positions_BxS, None,
                           deterministic=deterministic, remat=remat)
-    return layer_norm("final_norm")(x_BxSxD) if cfg.norm == "pre" else x_BxSxD
+    return norm(cfg, "final_norm")(x_BxSxD) if cfg.norm == "pre" and cfg.final_norm else x_BxSxD
 
 
 class Decoder(nn.Module):
@@ -146,8 +147,9 @@ class Decoder(nn.Module):
 
   With `encoded=None` the layers have no encoder-decoder attention: the decoder-only language model.
   The logits are y E^T with E the target embedding (tied, paper Sec. 3.4) or a separate output embedding
-  `[V, D]`. With `return_hidden=True` the call returns `(y [B, T, D], E [V, D])` instead, for a loss that
-  projects chunk by chunk (`ops.linear_cross_entropy`) rather than holding `[B, T, V]` logits.
+  `[V, D]`, soft-capped when `model.final_logit_softcap` > 0. With `return_hidden=True` the call returns
+  `(y [B, T, D], E [V, D])` instead, for a loss that projects chunk by chunk (`ops.linear_cross_entropy`, given
+  the same soft-cap) rather than holding `[B, T, V]` logits.
   """
   config: TransformerConfig
   embed: nn.Module
@@ -170,13 +172,13 @@ class Decoder(nn.Module):
       layer = DecoderLayer(cfg, position_bias=position_bias, mesh=self.mesh, name=f"layer_{i}")
       y_BxTxD = run_layer(self, layer, y_BxTxD, encoded_BxSxD, segment_ids_BxT, positions_BxT,
                           encoder_segment_ids_BxS, deterministic=deterministic, remat=remat, decode=decode)
-    if cfg.norm == "pre":
-      y_BxTxD = layer_norm("final_norm")(y_BxTxD)
+    if cfg.norm == "pre" and cfg.final_norm:
+      y_BxTxD = norm(cfg, "final_norm")(y_BxTxD)
     output_embed = self.embed if cfg.tie_output_embedding else Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype,
                                                                        name="output_embedding")
     if return_hidden:
       return y_BxTxD.astype(cfg.compute_dtype), output_embed.embedding
-    return output_embed.attend(y_BxTxD).astype(jnp.float32)
+    return soft_cap(output_embed.attend(y_BxTxD).astype(jnp.float32), cfg.final_logit_softcap)
 
 
 class Transformer(nn.Module):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jformer.ops.softcap import soft_cap
+
 
 def dot_product_attention(
     query: jax.Array,
@@ -17,6 +19,7 @@ def dot_product_attention(
     mask: jax.Array | None = None,
     bias: jax.Array | None = None,
     scale: float | None = None,
+    softcap: float = 0.0,
     dropout_rate: float = 0.0,
     dropout_rng: jax.Array | None = None,
 ) -> jax.Array:
@@ -30,6 +33,8 @@ def dot_product_attention(
     mask: boolean, broadcastable to `[B, H, T, S]`; True = the query may attend to the key.
     bias: additive logits bias, broadcastable to `[B, H, T, S]` (ALiBi, relative positions).
     scale: logits scale; defaults to `1 / sqrt(D)`.
+    softcap: > 0: the scaled logits become softcap * tanh(logits / softcap) before the bias and the mask (Gemma 2's
+      attention logit soft-cap); 0: off.
     dropout_rate: dropout on the attention weights (needs `dropout_rng` when > 0).
     dropout_rng: PRNG key for that dropout.
 
@@ -44,7 +49,8 @@ def dot_product_attention(
     raise ValueError(f"query {query.shape}, key {key.shape} and value {value.shape} do not match: "
                      "query and key need the same head_dim, key and value the same [batch, length, heads], and "
                      "the query heads must be a multiple of the key/value heads")
-  weights_BxHxTxS = dot_product_weights(query, key, mask=mask, bias=bias, scale=scale).astype(value.dtype)
+  weights_BxHxTxS = dot_product_weights(query, key, mask=mask, bias=bias, scale=scale,
+                                        softcap=softcap).astype(value.dtype)
   if dropout_rate > 0.0:
     if dropout_rng is None:
       raise ValueError("dropout_rate > 0 needs a dropout_rng")
@@ -54,11 +60,13 @@ def dot_product_attention(
 
 
 def dot_product_weights(query: jax.Array, key: jax.Array, *, mask: jax.Array | None = None,
-                        bias: jax.Array | None = None, scale: float | None = None) -> jax.Array:
-  """The attention weights softmax(Q K^T * scale + bias) over the keys the mask allows (paper eq. 1).
+                        bias: jax.Array | None = None, scale: float | None = None, softcap: float = 0.0) -> jax.Array:
+  """The attention weights softmax(cap(Q K^T * scale) + bias) over the keys the mask allows (paper eq. 1; cap is
+  the soft-cap, the identity when `softcap` is 0).
 
   Args:
-    query `[B, T, H, D]`, key `[B, S, K, D]` (H % K == 0); mask, bias, scale: as in `dot_product_attention`.
+    query `[B, T, H, D]`, key `[B, S, K, D]` (H % K == 0); mask, bias, scale, softcap: as in
+    `dot_product_attention`.
 
   Returns:
     `[B, H, T, S]` float32; a query whose keys are all masked gets uniform weights.
@@ -67,7 +75,7 @@ def dot_product_weights(query: jax.Array, key: jax.Array, *, mask: jax.Array | N
     scale = query.shape[-1] ** -0.5
   key = repeat_kv(key, query.shape[2])
   logits_BxHxTxS = jnp.einsum("bthd,bshd->bhts", query * jnp.asarray(scale, query.dtype), key)
-  logits_BxHxTxS = logits_BxHxTxS.astype(jnp.float32)
+  logits_BxHxTxS = soft_cap(logits_BxHxTxS.astype(jnp.float32), softcap)
   if bias is not None:
     logits_BxHxTxS = logits_BxHxTxS + bias.astype(jnp.float32)
   if mask is not None:

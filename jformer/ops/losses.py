@@ -1,4 +1,4 @@
-"""Token-level losses and metrics: label-smoothed cross-entropy (paper Sec. 5.4) and accuracy."""
+"""Token-level losses and metrics: label-smoothed cross-entropy (paper Sec. 5.4), the z-loss, and accuracy."""
 
 from __future__ import annotations
 
@@ -45,6 +45,16 @@ def weighted_cross_entropy(logits_BxLxV: jax.Array, targets_BxL: jax.Array, weig
   weights_BxL = _default_weights(targets_BxL, weights_BxL)
   loss = smoothed_cross_entropy(logits_BxLxV, targets_BxL, label_smoothing)
   return jnp.sum(loss * weights_BxL), jnp.sum(weights_BxL)
+
+
+def weighted_z_loss(logits_BxLxV: jax.Array, targets_BxL: jax.Array,
+                    weights_BxL: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+  """Sum of (log Z)^2 times weights, Z = sum_v exp(logits_v) the softmax normaliser of each token, and the sum of
+  weights: the z-loss of PaLM (t5x `cross_entropy_with_logits`), before its weight (e.g. 1e-4). It pulls log Z
+  towards 0 (self-normalised logits), which keeps the logits from drifting in low precision."""
+  weights_BxL = _default_weights(targets_BxL, weights_BxL)
+  log_z = jax.nn.logsumexp(logits_BxLxV.astype(jnp.float32), axis=-1)
+  return jnp.sum(jnp.square(log_z) * weights_BxL), jnp.sum(weights_BxL)
 
 
 def weighted_accuracy(logits_BxLxV: jax.Array, targets_BxL: jax.Array,

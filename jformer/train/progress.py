@@ -86,7 +86,8 @@ class Progress:
       print(f"step {step:>6}/{self.total_steps or '?'} | loss {averages.get('loss', float('nan')):.4f} | "
             f"acc {averages.get('accuracy', float('nan')):.3f} | lr {averages.get('learning_rate', 0):.2e} | "
             f"|g| {averages.get('grad_norm', 0):.2f} | {averages['steps_per_second']:.2f} steps/s | "
-            f"{averages['tokens_per_second']:,.0f} tok/s | ETA {eta}", flush=True)
+            f"{averages['tokens_per_second']:,.0f} tok/s | ETA {eta}"
+            + (f" | z-loss {averages['z_loss']:.2e}" if averages.get("z_loss") else ""), flush=True)
       self.scalars(step, averages, prefix="train/")
     self._reset(now)
     return averages

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jformer.ops.linear_cross_entropy import linear_cross_entropy
+from jformer.ops.linear_cross_entropy import Sums, linear_cross_entropy_sums
 from jformer.ops.tokens import PAD_ID
 from jformer.train.state import TrainState
 
@@ -30,27 +30,30 @@ def token_weights(batch: dict) -> jax.Array:
   return (batch["targets"] != PAD_ID).astype(jnp.float32)
 
 
-def output_loss_sums(model, params, batch: dict, label_smoothing: float, *, per_row: bool = False, **apply_kwargs):
-  """(loss_sum, weight_sum, correct_sum) of the model's predictions of `batch["targets"]`, weighted by
-  `token_weights`; with `per_row`, correct_sum is `[B]`, one per row.
+def output_loss_sums(model, params, batch: dict, label_smoothing: float, *, z_loss: float = 0.0,
+                     per_row: bool = False, **apply_kwargs) -> Sums:
+  """`Sums(loss, weight, correct, z_loss)` of the model's predictions of `batch["targets"]`, weighted by
+  `token_weights`; with `per_row`, `correct` is `[B]`, one per row.
 
-  The model returns its final hidden states and output embedding, and `linear_cross_entropy` projects and
-  scores them chunk by chunk: the same numbers as the smoothed cross-entropy and accuracy of the full logits,
-  without storing them (and with their gradient computed on the way).
+  The model returns its final hidden states and output embedding, and `linear_cross_entropy_sums` projects and
+  scores them chunk by chunk: the same numbers as the smoothed cross-entropy and accuracy of the full logits
+  (soft-capped as the model's, `model.final_logit_softcap`), without storing them (and with their gradient
+  computed on the way). `z_loss`: the weight of the z-loss added to the loss (training: `model.z_loss`).
   """
   args, kwargs = model.call_arguments(batch)
   hidden, output_embedding = model.apply({"params": params}, *args, **kwargs, return_hidden=True, **apply_kwargs)
-  return linear_cross_entropy(hidden, output_embedding, batch["targets"], token_weights(batch), label_smoothing,
-                              per_row=per_row)
+  return linear_cross_entropy_sums(hidden, output_embedding, batch["targets"], token_weights(batch), label_smoothing,
+                                   logits_softcap=model.config.final_logit_softcap, z_loss=z_loss, per_row=per_row)
 
 
 def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumulation_steps: int = 1,
                     axis_name: str | None = None):
   """Builds `train_step(state, batch) -> (state, metrics)`.
 
-  The loss is the label-smoothed cross-entropy summed over all target tokens of the (global) batch divided by
-  their number. With `grad_accumulation_steps = k` the batch `[k*b, L]` is processed as k micro-batches of b
-  rows (a `lax.scan`; one optimizer update per step, same result as the full batch). With `axis_name`
+  The loss is the label-smoothed cross-entropy, plus the z-loss when `model.z_loss` > 0 (`metrics["z_loss"]`
+  holds that part), summed over all target tokens of the (global) batch divided by their number. With
+  `grad_accumulation_steps = k` the batch `[k*b, L]` is processed as k micro-batches of b rows (a `lax.scan`;
+  one optimizer update per step, same result as the full batch). With `axis_name`
   (pmap), token counts and gradients are summed across devices, so the update equals the global batch's.
   Dropout keys are `fold_in(state.rng, state.step)`: reproducible and resumable.
 
@@ -62,9 +65,9 @@ def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumul
   """
 
   def loss_sums(params, micro_batch, rng):
-    loss_sum, weight_sum, correct = output_loss_sums(model, params, micro_batch, label_smoothing,
-                                                     deterministic=False, rngs={"dropout": rng})
-    return loss_sum, (weight_sum, correct)
+    sums = output_loss_sums(model, params, micro_batch, label_smoothing, z_loss=model.config.z_loss,
+                            deterministic=False, rngs={"dropout": rng})
+    return sums.loss, (sums.weight, sums.correct, sums.z_loss)
 
   loss_and_grad = jax.value_and_grad(loss_sums, has_aux=True)
 
@@ -77,16 +80,17 @@ def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumul
 
     def accumulate(carry, inputs):
       index, micro_batch = inputs
-      (loss_sum, weight_sum, correct), grads = carry
-      (l, (w, c)), g = loss_and_grad(state.params, micro_batch, jax.random.fold_in(rng, index))
-      return ((loss_sum + l, weight_sum + w, correct + c), jax.tree.map(jnp.add, grads, g)), None
+      (loss_sum, weight_sum, correct, z_loss_sum), grads = carry
+      (l, (w, c, z)), g = loss_and_grad(state.params, micro_batch, jax.random.fold_in(rng, index))
+      return ((loss_sum + l, weight_sum + w, correct + c, z_loss_sum + z), jax.tree.map(jnp.add, grads, g)), None
 
-    zeros = (jnp.zeros(()), jnp.zeros(()), jnp.zeros(()))
-    ((loss_sum, weight_sum, correct), grad_sums), _ = jax.lax.scan(
+    zeros = (jnp.zeros(()), jnp.zeros(()), jnp.zeros(()), jnp.zeros(()))
+    ((loss_sum, weight_sum, correct, z_loss_sum), grad_sums), _ = jax.lax.scan(
         accumulate, (zeros, jax.tree.map(jnp.zeros_like, state.params)),
         (jnp.arange(grad_accumulation_steps), micro_batches))
     if axis_name is not None:
-      loss_sum, weight_sum, correct, grad_sums = jax.lax.psum((loss_sum, weight_sum, correct, grad_sums), axis_name)
+      loss_sum, weight_sum, correct, z_loss_sum, grad_sums = jax.lax.psum(
+          (loss_sum, weight_sum, correct, z_loss_sum, grad_sums), axis_name)
     denominator = jnp.maximum(weight_sum, 1.0)
     grads = jax.tree.map(lambda g: g / denominator, grad_sums)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
@@ -98,7 +102,8 @@ def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumul
     new_state = state.replace(step=state.step + 1, params=optax.tree.where(apply, params, state.params),
                               opt_state=optax.tree.where(apply, opt_state, state.opt_state),
                               skipped_updates=state.skipped_updates + jnp.where(apply, 0, 1))
-    metrics = {"loss": loss, "accuracy": correct / denominator, "tokens": weight_sum, "grad_norm": grad_norm,
+    metrics = {"loss": loss, "accuracy": correct / denominator, "z_loss": z_loss_sum / denominator,
+               "tokens": weight_sum, "grad_norm": grad_norm,
                "learning_rate": schedule(state.step), "finite": finite, "skipped_updates": new_state.skipped_updates,
                "step": new_state.step}
     return new_state, metrics
@@ -107,13 +112,14 @@ def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumul
 
 
 # `totals` keys that are sums over the steps they cover (the others hold the latest value or a record).
-SUMMED = ("loss_sum", "correct", "tokens", "grad_norm_sum", "steps", "skipped")
+SUMMED = ("loss_sum", "correct", "z_loss_sum", "tokens", "grad_norm_sum", "steps", "skipped")
 
 
 def new_totals() -> dict:
   """Empty running totals of train-step metrics (all scalars, except the [len(FINITE_CHECKS)] flags).
 
-  loss_sum, correct, tokens: sums of loss x tokens, accuracy x tokens and target tokens; grad_norm_sum, steps:
+  loss_sum, correct, z_loss_sum, tokens: sums of loss x tokens, accuracy x tokens, z-loss x tokens and target
+  tokens; grad_norm_sum, steps:
   the sum of gradient norms and the number of steps; skipped: steps whose update was not applied;
   learning_rate, skipped_updates: the latest step's values; first_bad_step/first_bad_finite: the first skipped
   step and its `FINITE_CHECKS` flags; stop_step/stop_finite: the first step whose skip went beyond the allowance
@@ -121,9 +127,9 @@ def new_totals() -> dict:
   """
   zero, none = jnp.zeros((), jnp.float32), jnp.full((), -1, jnp.int32)
   count, finite = jnp.zeros((), jnp.int32), jnp.ones((len(FINITE_CHECKS),), bool)
-  return {"loss_sum": zero, "correct": zero, "tokens": zero, "grad_norm_sum": zero, "steps": count, "skipped": count,
-          "learning_rate": zero, "skipped_updates": count, "first_bad_step": none, "first_bad_finite": finite,
-          "stop_step": none, "stop_finite": finite}
+  return {"loss_sum": zero, "correct": zero, "z_loss_sum": zero, "tokens": zero, "grad_norm_sum": zero,
+          "steps": count, "skipped": count, "learning_rate": zero, "skipped_updates": count, "first_bad_step": none,
+          "first_bad_finite": finite, "stop_step": none, "stop_finite": finite}
 
 
 def add_to_totals(totals: dict, metrics: dict, *, allowed_skips: int) -> dict:
@@ -137,6 +143,7 @@ def add_to_totals(totals: dict, metrics: dict, *, allowed_skips: int) -> dict:
   return {
       "loss_sum": totals["loss_sum"] + metrics["loss"] * tokens,
       "correct": totals["correct"] + metrics["accuracy"] * tokens,
+      "z_loss_sum": totals["z_loss_sum"] + metrics["z_loss"] * tokens,
       "tokens": totals["tokens"] + tokens,
       "grad_norm_sum": totals["grad_norm_sum"] + metrics["grad_norm"],
       "steps": totals["steps"] + 1,
@@ -151,10 +158,11 @@ def add_to_totals(totals: dict, metrics: dict, *, allowed_skips: int) -> dict:
 
 
 def averages(sums: dict) -> dict:
-  """Loss and accuracy per target token, gradient norm per step and the latest learning rate, from host-read
-  totals summed over any number of reads (`SUMMED` keys added, `learning_rate` the latest)."""
+  """Loss, accuracy and z-loss per target token, gradient norm per step and the latest learning rate, from
+  host-read totals summed over any number of reads (`SUMMED` keys added, `learning_rate` the latest)."""
   tokens = max(sums["tokens"], 1.0)
   return {"loss": sums["loss_sum"] / tokens, "accuracy": sums["correct"] / tokens,
+          "z_loss": sums["z_loss_sum"] / tokens,
           "grad_norm": sums["grad_norm_sum"] / max(sums["steps"], 1), "learning_rate": sums["learning_rate"]}
 
 
@@ -166,12 +174,14 @@ def make_eval_step(model, *, axis_name: str | None = None):
 
   def eval_step(params, batch: dict):
     weighted = WEIGHTS_KEY in batch
-    nll_sum, tokens, correct = output_loss_sums(model, params, batch, 0.0, per_row=weighted, deterministic=True)
-    sums = {"nll_sum": nll_sum, "correct": jnp.sum(correct), "tokens": tokens}
+    sums = output_loss_sums(model, params, batch, 0.0, per_row=weighted, deterministic=True)  # no z-loss: the NLL.
+    correct = sums.correct
+    out = {"nll_sum": sums.loss, "correct": jnp.sum(correct), "tokens": sums.weight}
     if weighted:
       weights_B = jnp.sum(token_weights(batch), axis=1)
-      sums["examples"] = jnp.sum(weights_B > 0).astype(jnp.float32)
-      sums["exact"] = jnp.sum((weights_B > 0) & (correct >= weights_B)).astype(jnp.float32)
+      out["examples"] = jnp.sum(weights_B > 0).astype(jnp.float32)
+      out["exact"] = jnp.sum((weights_B > 0) & (correct >= weights_B)).astype(jnp.float32)
+    sums = out
     return jax.lax.psum(sums, axis_name) if axis_name is not None else sums
 
   return eval_step
