@@ -288,6 +288,7 @@ MODERN = {"model.norm": "pre", "model.normalization": "rmsnorm", "model.activati
           "model.use_bias": False, "model.positional": "rotary"}
 
 
+@pytest.mark.integration  # trains or decodes a model for seconds: the integration tier.
 def test_modern_block_has_its_parameters_and_decodes_from_its_cache_as_the_full_forward():
   """Pre-RMSNorm, SwiGLU, QK-norm, both soft-caps, rotary, no biases: no bias anywhere, the QK-norm scales in every
   attention, and cached decoding (normalized keys in the cache, cross-attention keys projected once) equals the

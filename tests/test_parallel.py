@@ -50,6 +50,7 @@ def test_training_steps_match_one_device(layout, reference):
     assert sums["tokens"] == float((batch(5)["targets"] != 0).sum())
 
 
+@pytest.mark.integration  # trains or decodes a model for seconds: the integration tier.
 def test_checkpoint_saved_on_data8_restores_on_other_meshes(tmp_path):
   saver = make("data8")
   state = saver.init_state(jax.random.PRNGKey(0))

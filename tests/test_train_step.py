@@ -151,6 +151,7 @@ def test_tiny_model_overfits_16_pairs_until_greedy_reproduces_them(repo_root, ti
   assert [(t, s) for t, s in zip(translations, targets) if t != s] == []
 
 
+@pytest.mark.integration  # trains or decodes a model for seconds: the integration tier.
 def test_bfloat16_train_step_of_a_small_model_runs_and_learns(repo_root):
   """A bfloat16 step of a model small enough that XLA:CPU runs some of its products outside its bf16 kernels:
   every bf16 x bf16 -> f32 product left must be one its runtime has (the fused head's embedding gradient once was

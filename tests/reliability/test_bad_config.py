@@ -47,7 +47,7 @@ def train_argv(tmp_path, *overrides, config=DEMO):
     (["--config.model.attention=magic"],
      ["unknown attention variant 'magic'; known: ['additive',", "--config.imports"]),
     (["--config.model.positional=fourier"], ["unknown positional encoding 'fourier'; known: ['alibi',"]),
-    (["--config.data.dataset=wmt99"], ["unknown dataset 'wmt99'; known: ['lm1b', 'parallel_text', 'text', 'wiki40b/*', 'wmt*_translate/*']"]),
+    (["--config.data.dataset=wmt99"], ["unknown dataset 'wmt99'; known: ['induction', 'listops', 'lm1b', 'mqar', 'parallel_text', 'selective_copy', 'text', 'wiki40b/*', 'wmt*_translate/*']"]),
     # Shapes that do not divide.
     (["--config.model.num_heads=3"], ["d_model=256 is not divisible by num_heads=3"]),
     (["--config.model.num_kv_heads=3"], ["num_kv_heads=3 does not divide num_heads=4"]),

@@ -9,6 +9,7 @@ import pathlib
 
 import jax
 import numpy as np
+import pytest
 
 from jformer import config as config_lib
 from jformer import tasks
@@ -32,6 +33,7 @@ class CharTokenizer:
     return " ".join(str(i) for i in ids if i != PAD_ID)
 
 
+@pytest.mark.integration  # trains or decodes a model for seconds: the integration tier.
 def test_bfloat16_beam_translations_do_not_depend_on_their_batch():
   config = config_lib.load(REPO / "configs" / "small.py", {
       "model.vocab_size": VOCAB, "model.d_model": 32, "model.num_heads": 2, "model.d_ff": 64,
