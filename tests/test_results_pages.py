@@ -63,7 +63,7 @@ def test_every_result_records_date_commit_machine_and_command(path):
   datetime.datetime.fromisoformat(machine["date"])
   assert re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?|unknown", machine["commit"]), machine["commit"]
   script = "jformer launch --sweep=configs/sweeps/" if data["benchmark"] == "sweep" else "benchmarks/"
-  assert machine["command"].startswith(script) and ".py" in machine["command"], machine["command"]
+  assert machine["command"].startswith(script) and (".py" in machine["command"] or machine["command"].endswith(".sh"))
   assert machine.get("commit_is", "measured") in ("measured", "recorded")
 
 

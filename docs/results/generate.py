@@ -385,8 +385,8 @@ ACCELERATOR_INTRO = """\
 3. Decoding: `benchmarks/decode.py`'s beam 4 (alpha 0.6) and greedy search of BASE in bfloat16, random weights,
    batch 8, source length 64, 63 steps (see [decode.md](decode.md)).
 
-The script exits with status 1 if a kernel misses its tolerance. The jformer test suite has not passed on a GPU
-(see [support.md](support.md)).
+The script exits with status 1 if a kernel misses its tolerance. A subset of the test suite on a GPU:
+[gpu_tests.md](gpu_tests.md).
 """
 
 
@@ -454,6 +454,24 @@ def compile_cache_section(path: str, data: dict) -> str:
                           "llrrr"))
 
 
+def test_run_section(path: str, data: dict) -> str:
+  rows = [[f"`{r['file']}`", count(r["passed"]), count(r["failed"]), count(r["skipped"])] for r in data["rows"]]
+  totals = [sum(r[k] for r in data["rows"]) for k in ("passed", "failed", "skipped")]
+  rows.append(["**all**"] + [f"**{count(t)}**" for t in totals])
+  notes = [f"- failed: `{f['test']}`: {f['reason']}" for f in data["failed"]]
+  notes += [f"- skipped: `{s['test']}`: {s['reason']}" for s in data["skipped"]]
+  return paragraphs(provenance(path, data), f"{data['settings']}; {data['seconds']:.0f} s.",
+                    table(["test file", "passed", "failed", "skipped"], rows, "lrrr"), "\n".join(notes))
+
+
+TEST_RUN_INTRO = """\
+A subset of jformer's own tests run on an accelerator (`benchmarks/gpu_tests.sh`): the ops, every attention variant
+against its reference (forward, gradients, masks, cached decoding), the kernels, the block options, the models and
+beam search, with the tolerances they have on CPU. Tests that need 8 devices, train for minutes or start processes
+are not in the subset.
+"""
+
+
 @dataclasses.dataclass(frozen=True)
 class Page:
   file: str
@@ -483,6 +501,8 @@ PAGES = (
          "BLEU", DEMO_INTRO, demo_section, timed=False),
     Page("sweeps.md", "Research sweeps", "sweep", "the similarity function (paper Sec. 3.2.1); length "
          "extrapolation of the positional encodings", SWEEP_INTRO, sweep_section, timed=False),
+    Page("gpu_tests.md", "The tests on a GPU", "test_run", "a subset of the test suite on an NVIDIA H200: "
+         "passed, failed and skipped per file", TEST_RUN_INTRO, test_run_section, timed=False),
     Page("accelerator.md", "Accelerator (GPU/TPU) check", "accelerator", "attention kernels against the "
          "reference, the BASE bfloat16 train step and decoding on a GPU", ACCELERATOR_INTRO, accelerator_section),
     Page("compile_cache.md", "The persistent compilation cache", "compile_cache", "compile seconds of a sweep "
