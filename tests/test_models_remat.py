@@ -65,3 +65,21 @@ def test_remat_keeps_less_memory():
 def test_auto_rematerializes_long_sequences_only():
   assert remat.wanted("auto", remat.AUTO_MIN_LENGTH) and not remat.wanted("auto", remat.AUTO_MIN_LENGTH - 1)
   assert remat.wanted("full", 1) and not remat.wanted("none", 10**6)
+  assert remat.wanted("dots_saveable", 1) and remat.policy("dots_saveable") is jax.checkpoint_policies.dots_saveable
+  assert remat.policy("full") is None and remat.policy("auto") is None
+
+
+@pytest.mark.parametrize("policy,scan", [("full", True), ("dots_saveable", False), ("dots_saveable", True),
+                                         ("nothing_saveable", False), ("nothing_saveable", True)])
+def test_each_remat_policy_gives_the_gradients_of_none(policy, scan):
+  """Named policies go through nn.remat (per layer in the loop, the scan body when scanned; looped 'full' is the
+  test above); 2 + 2 layers."""
+  x, y = tokens(0, (2, 9)).at[1, 6:].set(0), tokens(1, (2, 7)).at[0, 5:].set(0)
+  layout = {"model.dropout_rate": 0.0, "model.scan_layers": scan}
+  plain, rematerialized = tiny(**layout, **{"model.remat": "none"}), tiny(**layout, **{"model.remat": policy})
+  params = init(plain, x, y)["params"]
+  (want_loss, want), (got_loss, got) = loss_and_grads(plain, x, y)(params), loss_and_grads(rematerialized, x, y)(params)
+  np.testing.assert_allclose(got_loss, want_loss, rtol=1e-6)
+  assert jax.tree.structure(got) == jax.tree.structure(want)
+  for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)

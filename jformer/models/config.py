@@ -18,10 +18,10 @@ import jax.numpy as jnp
 
 from jformer import attention, positional, registry, runtime
 from jformer.models import activations, norms
+from jformer.models.remat import MODES as REMAT
 from jformer.schema import Registered, field
 
 NORMS = ("post", "pre")
-REMAT = ("auto", "none", "full")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
@@ -102,8 +102,12 @@ class TransformerConfig:
                         "(PaLM: 1e-4); its value is logged as train/z_loss; 0 = off (paper).", at_least=0)
   use_bias: bool = field(True, "Biases in the attention and feed-forward projections and in the norms (paper: "
                          "True; the key projection never has one).", identity=True)
-  remat: str = field("auto", "Recompute layer activations in the backward pass: auto (>= 1024 tokens), none, full.",
+  remat: str = field("auto", "Recompute layer activations in the backward pass: auto (>= 1024 tokens), none, full, "
+                     "or a jax.checkpoint policy per layer: dots_saveable (keep matmul outputs), nothing_saveable.",
                      choices=REMAT)
+  scan_layers: bool = field(False, "Run each stack's identical layers with nn.scan over parameters stacked on a "
+                            "leading [num_layers] axis (`layers/...` instead of `layer_0/...`): compile time no "
+                            "longer grows with depth; convert checkpoints with jformer.models.stack_layer_params.")
   share_embeddings: bool = field(True, "One embedding matrix for source and target tokens (paper Sec. 3.4).",
                                  identity=True)
   tie_output_embedding: bool = field(True, "Pre-softmax projection = target embedding transposed (paper Sec. 3.4).",
@@ -232,6 +236,9 @@ class TransformerConfig:
         resolve()
       except KeyError as e:  # an unknown name: the known ones listed.
         problems.append(e.args[0])
+    if self.scan_layers and self.positional_encoding.acts == "bias":
+      problems.append(f"scan_layers=True cannot scan layers that share model.positional='{self.positional}' (its "
+                      "bias module is shared across layers); set model.scan_layers=False or another positional")
     if problems:
       raise ValueError("invalid model config: " + "; ".join(problems))
     try:

@@ -6,6 +6,10 @@ keeps every activation (no memory saved at all). Here the recomputation starts f
 incoming cotangent (`x + 0 * g[0]`), which no compiler can share with the forward pass, on any backend: the
 step's temporary memory falls (`benchmarks/memory.py`, docs/results/memory.md), for one more forward pass of each
 layer (1/3 more FLOPs); tests/test_models_remat.py checks that it keeps less.
+
+`model.remat` names when: 'none', 'full', 'auto' (full from `AUTO_MIN_LENGTH` tokens), or a policy of
+`jax.checkpoint_policies` ('dots_saveable': keep the matmul outputs, recompute the rest; 'nothing_saveable': keep
+nothing, as 'full') applied to each layer with `nn.remat`, in the loop and in the scanned layout alike.
 """
 
 from __future__ import annotations
@@ -19,9 +23,21 @@ import jax.numpy as jnp
 AUTO_MIN_LENGTH = 1024
 
 
+# The named policies of `model.remat` (jax.checkpoint_policies): which intermediate values a layer keeps.
+POLICIES = {"dots_saveable": jax.checkpoint_policies.dots_saveable,
+            "nothing_saveable": jax.checkpoint_policies.nothing_saveable}
+MODES = ("auto", "none", "full", *POLICIES)
+
+
 def wanted(remat: str, length: int) -> bool:
-  """Whether `model.remat` ("auto", "none", "full") asks for rematerialization at this sequence length."""
-  return remat == "full" or (remat == "auto" and length >= AUTO_MIN_LENGTH)
+  """Whether `model.remat` (one of `MODES`) asks for rematerialization at this sequence length."""
+  return remat == "full" or remat in POLICIES or (remat == "auto" and length >= AUTO_MIN_LENGTH)
+
+
+def policy(remat: str):
+  """The `jax.checkpoint` policy of `model.remat` for `nn.remat`: a named one, or None (save nothing) for
+  'full' and 'auto'."""
+  return POLICIES.get(remat)
 
 
 def rematerialized(fn: Callable, params, x: jax.Array, context, constants):

@@ -46,9 +46,16 @@ class TransformerLayer(nn.Module):
   position_bias: nn.Module | None = None
   mesh: axes.Placement | None = None
 
-  @nn.compact
   def __call__(self, x_BxLxD, encoded_BxSxD=None, *, segment_ids_BxL=None, positions_BxL=None,
                encoder_segment_ids_BxS=None, deterministic=True, decode=False):
+    """`[B, L, D]` -> `[B, L, D]`; `encoded_BxSxD` (decoder of the encoder-decoder model) adds cross-attention."""
+    return self.layer(x_BxLxD, encoded_BxSxD, segment_ids_BxL, positions_BxL, encoder_segment_ids_BxS,
+                      deterministic, decode)
+
+  @nn.compact
+  def layer(self, x_BxLxD, encoded_BxSxD, segment_ids_BxL, positions_BxL, encoder_segment_ids_BxS, deterministic,
+            decode):
+    """The layer itself (the module's one compact method: `__call__` and `LayerStep` call it)."""
     cfg = self.config
     sub = dict(dropout=Dropout(cfg.dropout_rate), pre_norm=cfg.norm == "pre", deterministic=deterministic)
     self_attend = MultiHeadAttention(cfg, causal=self.causal, rotary=cfg.positional_encoding.acts == "rotary",
@@ -114,6 +121,54 @@ def run_layer(stack: nn.Module, layer: TransformerLayer, x_BxLxD, encoded_BxSxD,
                                   (segment_ids_BxL, positions_BxL, encoder_segment_ids_BxS, key))
 
 
+class LayerStep(TransformerLayer):
+  """A layer as `nn.remat` and `nn.scan` call it: array arguments only, positional (None allowed), the flags held
+  as attributes; `scanned` returns `(x, None)`, the (carry, output) of a scan body. Same parameters as the layer."""
+  deterministic: bool = True
+  decode: bool = False
+  scanned: bool = False
+
+  def __call__(self, x_BxLxD, encoded_BxSxD, segment_ids_BxL, positions_BxL, encoder_segment_ids_BxS):
+    y_BxLxD = self.layer(x_BxLxD, encoded_BxSxD, segment_ids_BxL, positions_BxL, encoder_segment_ids_BxS,
+                         self.deterministic, self.decode)
+    return (y_BxLxD, None) if self.scanned else y_BxLxD
+
+
+def run_stack(stack: nn.Module, num_layers: int, causal: bool, x_BxLxD, encoded_BxSxD, segment_ids_BxL,
+              positions_BxL, encoder_segment_ids_BxS, *, position_bias, deterministic: bool, remat: bool,
+              decode: bool = False):
+  """The stack's `num_layers` layers applied in turn to `x` `[B, L, D]`.
+
+  Looped (default): layers `layer_0`, `layer_1`, ... each with its own parameters; `model.remat` 'full'/'auto'
+  recompute through `run_layer` (models/remat.py says why), a named policy through `nn.remat`. Scanned
+  (`model.scan_layers`): one `nn.scan` over the layers, parameters `layers/...` stacked on a leading
+  `[num_layers]` axis (no logical axis name: replicated), masks, positions and the encoder output broadcast to
+  every layer, a dropout key per layer; its body is rematerialized by `nn.remat` with the `model.remat` policy.
+  """
+  cfg = stack.config
+  if not cfg.scan_layers and not (remat and cfg.remat in remat_lib.POLICIES):
+    layer_type = DecoderLayer if causal else EncoderLayer
+    for i in range(num_layers):
+      layer = layer_type(cfg, position_bias=position_bias, mesh=stack.mesh, name=f"layer_{i}")
+      x_BxLxD = run_layer(stack, layer, x_BxLxD, encoded_BxSxD, segment_ids_BxL, positions_BxL,
+                          encoder_segment_ids_BxS, deterministic=deterministic, remat=remat, decode=decode)
+    return x_BxLxD
+  step = LayerStep
+  if remat:  # a scan body's recomputation cannot be merged with its forward pass: no CSE barrier needed there.
+    step = nn.remat(LayerStep, policy=remat_lib.policy(cfg.remat), prevent_cse=not cfg.scan_layers)
+  arguments = (encoded_BxSxD, segment_ids_BxL, positions_BxL, encoder_segment_ids_BxS)
+  flags = dict(causal=causal, position_bias=position_bias, mesh=stack.mesh, deterministic=deterministic,
+               decode=decode)
+  if not cfg.scan_layers:
+    for i in range(num_layers):
+      x_BxLxD = step(cfg, **flags, name=f"layer_{i}")(x_BxLxD, *arguments)
+    return x_BxLxD
+  scan = nn.scan(step, variable_axes={"params": 0, "intermediates": 0}, split_rngs={"params": True, "dropout": True},
+                 in_axes=(nn.broadcast,) * len(arguments), length=num_layers,
+                 metadata_params={nn.PARTITION_NAME: None})
+  return scan(cfg, **flags, scanned=True, name="layers")(x_BxLxD, *arguments)[0]
+
+
 def stack_position_bias(config: TransformerConfig, *, causal: bool) -> AttentionBias | None:
   """The self-attention bias module shared by the layers of one stack (an encoding that acts "bias"), else None."""
   if config.positional_encoding.acts != "bias":
@@ -134,12 +189,15 @@ class Encoder(nn.Module):
     x_BxSxD = AddPositions(cfg, name="positions")(self.embed(inputs_BxS), positions_BxS)
     x_BxSxD = Dropout(cfg.dropout_rate)(x_BxSxD, deterministic=deterministic)
     position_bias = stack_position_bias(cfg, causal=False)
-    remat = rematerialize(self, inputs_BxS.shape[1], deterministic)
-    for i in range(cfg.num_encoder_layers):
-      layer = EncoderLayer(cfg, position_bias=position_bias, mesh=self.mesh, name=f"layer_{i}")
-      x_BxSxD = run_layer(self, layer, x_BxSxD, None, segment_ids_BxS, positions_BxS, None,
-                          deterministic=deterministic, remat=remat)
+    x_BxSxD = run_stack(self, cfg.num_encoder_layers, False, x_BxSxD, None, segment_ids_BxS, positions_BxS, None,
+                        position_bias=position_bias, deterministic=deterministic,
+                        remat=rematerialize(self, inputs_BxS.shape[1], deterministic))
     return norm(cfg, "final_norm")(x_BxSxD) if cfg.norm == "pre" and cfg.final_norm else x_BxSxD
+
+
+# Decoding keeps a cache per layer that the decoders (beam reordering, cross-attention keys) index by layer name.
+SCAN_DECODE_REFUSAL = ("model.scan_layers=True does not decode yet (the decode cache is per layer): decode with "
+                       "model.scan_layers=False and the parameters converted by jformer.models.unstack_layer_params")
 
 
 class Decoder(nn.Module):
@@ -159,6 +217,8 @@ class Decoder(nn.Module):
   def __call__(self, targets_BxT, encoded_BxSxD=None, *, positions_BxT=None, segmentation_BxT=None,
                encoder_segment_ids_BxS=None, deterministic=True, decode=False, return_hidden=False):
     cfg = self.config
+    if decode and cfg.scan_layers:
+      raise ValueError(SCAN_DECODE_REFUSAL)
     if decode:  # the caller feeds the previous token; the cache holds the rest.
       y_BxT, segment_ids_BxT, positions_BxT = targets_BxT, None, None
     else:
@@ -167,11 +227,9 @@ class Decoder(nn.Module):
     y_BxTxD = AddPositions(cfg, name="positions")(self.embed(y_BxT), positions_BxT, decode=decode)
     y_BxTxD = Dropout(cfg.dropout_rate)(y_BxTxD, deterministic=deterministic)
     position_bias = stack_position_bias(cfg, causal=True)
-    remat = not decode and rematerialize(self, targets_BxT.shape[1], deterministic)
-    for i in range(cfg.num_decoder_layers):
-      layer = DecoderLayer(cfg, position_bias=position_bias, mesh=self.mesh, name=f"layer_{i}")
-      y_BxTxD = run_layer(self, layer, y_BxTxD, encoded_BxSxD, segment_ids_BxT, positions_BxT,
-                          encoder_segment_ids_BxS, deterministic=deterministic, remat=remat, decode=decode)
+    y_BxTxD = run_stack(self, cfg.num_decoder_layers, True, y_BxTxD, encoded_BxSxD, segment_ids_BxT, positions_BxT,
+                        encoder_segment_ids_BxS, position_bias=position_bias, deterministic=deterministic,
+                        remat=not decode and rematerialize(self, targets_BxT.shape[1], deterministic), decode=decode)
     if cfg.norm == "pre" and cfg.final_norm:
       y_BxTxD = norm(cfg, "final_norm")(y_BxTxD)
     output_embed = self.embed if cfg.tie_output_embedding else Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype,

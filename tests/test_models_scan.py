@@ -1,0 +1,88 @@
+"""Scanned layers (model.scan_layers): the looped model's outputs and gradients from its parameters stacked, the
+conversion between the two layouts, and the one-line refusals (a looped checkpoint, decoding, a shared bias)."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from helpers import init, tiny, tokens
+from jformer.checkpoint import shapes
+from jformer.models import stack_layer_params, summary, unstack_layer_params
+
+NO_DROPOUT = {"model.dropout_rate": 0.0}
+
+
+def loss_and_grads(model, args):
+  """params -> (loss, gradients) of a token's log-probability summed over the targets."""
+  def loss(params):
+    logits = model.apply({"params": params}, *args, deterministic=False)
+    return jnp.sum(jax.nn.log_softmax(logits)[..., 3] * (args[-1] != 0))
+  return jax.jit(jax.value_and_grad(loss))
+
+
+def test_stack_and_unstack_are_exact_inverses():
+  model = tiny(**NO_DROPOUT)
+  params = init(model, tokens(0, (1, 4)), tokens(1, (1, 4)))["params"]
+  stacked = stack_layer_params(params)
+  assert "layer_0" not in stacked["encoder"] and "layer_1" not in stacked["decoder"]
+  np.testing.assert_array_equal(stacked["decoder"]["layers"]["feed_forward"]["wi"]["kernel"][1],
+                                params["decoder"]["layer_1"]["feed_forward"]["wi"]["kernel"])
+  assert stacked["encoder"]["layers"]["self_attention"]["query"]["kernel"].shape == (2, 32, 4, 8)
+  back = unstack_layer_params(stacked)
+  assert jax.tree.structure(back) == jax.tree.structure(params)
+  for got, want in zip(jax.tree.leaves(back), jax.tree.leaves(params)):
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("architecture,norm", [("transformer", "post"), ("lm", "pre")])
+def test_scanned_model_gives_the_looped_outputs_and_gradients(architecture, norm):
+  overrides = {**NO_DROPOUT, "model.architecture": architecture, "model.norm": norm}
+  looped, scanned = tiny(**overrides), tiny(**overrides, **{"model.scan_layers": True})
+  x, y = tokens(0, (2, 9)).at[1, 6:].set(0), tokens(1, (2, 7)).at[0, 5:].set(0)
+  args = (x, y) if architecture == "transformer" else (y,)
+  params = nn.meta.unbox(looped.init(jax.random.PRNGKey(0), *args))["params"]
+  stacked = stack_layer_params(params)
+  shape = lambda tree: jax.tree.map(jnp.shape, tree)
+  assert shape(nn.meta.unbox(summary.param_shapes(scanned))) == shape(stacked)
+  np.testing.assert_allclose(scanned.apply({"params": stacked}, *args), looped.apply({"params": params}, *args),
+                             atol=1e-5)
+  (want_loss, want), (got_loss, got) = loss_and_grads(looped, args)(params), loss_and_grads(scanned, args)(stacked)
+  np.testing.assert_allclose(got_loss, want_loss, rtol=1e-6)
+  for g, w in zip(jax.tree.leaves(unstack_layer_params(got)), jax.tree.leaves(want)):
+    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_a_looped_checkpoint_is_refused_by_a_scanned_model_naming_the_conversion():
+  looped, scanned = tiny(), tiny(**{"model.scan_layers": True})
+  looped_params, scanned_params = summary.param_shapes(looped), summary.param_shapes(scanned)
+  problem = shapes.difference(shapes.expected(scanned_params), nn.meta.unbox(looped_params))
+  assert problem == ("checkpoint has per-layer parameters (decoder/layer_0/cross_attention/key/kernel) but "
+                     "model.scan_layers=True expects stacked ones (decoder/layers/cross_attention/key/kernel): "
+                     "convert with jformer.models.stack_layer_params, or set model.scan_layers=False")
+  back = shapes.difference(shapes.expected(looped_params), nn.meta.unbox(scanned_params))
+  assert back.startswith("checkpoint has stacked parameters (decoder/layers/") and "unstack_layer_params" in back
+  converted = stack_layer_params(jax.tree.map(jnp.zeros_like, nn.meta.unbox(looped_params)))
+  assert shapes.difference(shapes.expected(scanned_params), converted) is None
+
+
+def test_scanned_stacked_axis_is_replicated():
+  names = shapes.expected(summary.param_shapes(tiny(**{"model.scan_layers": True})))
+  shape, axes = names["encoder/layers/feed_forward/wi/kernel"]
+  assert shape == (2, 32, 64) and axes == (None, "embed", "mlp")
+
+
+def test_decoding_a_scanned_model_is_refused_in_one_line():
+  model = tiny(**{"model.scan_layers": True})
+  x, y = tokens(0, (1, 4)), tokens(1, (1, 1))
+  with pytest.raises(ValueError) as refused:
+    model.init(jax.random.PRNGKey(0), jnp.ones((1, 4, 32)), x, y, decode=True, method=model.decode)
+  assert refused.value.args[0] == ("model.scan_layers=True does not decode yet (the decode cache is per layer): decode "
+                                   "with model.scan_layers=False and the parameters converted by "
+                                   "jformer.models.unstack_layer_params")
+
+
+def test_scan_with_a_shared_bias_encoding_is_refused():
+  with pytest.raises(ValueError, match="scan_layers=True cannot scan layers that share model.positional='alibi'"):
+    tiny(**{"model.scan_layers": True, "model.positional": "alibi"})
