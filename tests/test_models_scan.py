@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from helpers import init, tiny, tokens
-from jformer.checkpoint import shapes
+from jformer.checkpoint import Checkpointer, shapes
 from jformer.models import stack_layer_params, summary, unstack_layer_params
+from jformer.models.config import SCAN_DECODE_REFUSAL
 
 NO_DROPOUT = {"model.dropout_rate": 0.0}
 
@@ -86,3 +87,26 @@ def test_decoding_a_scanned_model_is_refused_in_one_line():
 def test_scan_with_a_shared_bias_encoding_is_refused():
   with pytest.raises(ValueError, match="scan_layers=True cannot scan layers that share model.positional='alibi'"):
     tiny(**{"model.scan_layers": True, "model.positional": "alibi"})
+
+
+def test_restoring_a_looped_checkpoint_into_a_scanned_model_is_refused_in_one_line(tmp_path):
+  looped, scanned = tiny(), tiny(**{"model.scan_layers": True})
+  params = init(looped, tokens(0, (1, 4)), tokens(1, (1, 4)))["params"]
+  state = {"params": params, "step": jnp.zeros((), jnp.int32)}
+  with Checkpointer(tmp_path, save_interval_steps=1) as ckpt:
+    assert ckpt.save(1, state)
+    with pytest.raises(ValueError) as refused:
+      ckpt.restore({"params": stack_layer_params(params), "step": state["step"]}, step=1,
+                   params=shapes.expected(summary.param_shapes(scanned)))
+    message = refused.value.args[0]
+    assert "\n" not in message and message.startswith(f"checkpoint 1 in {tmp_path} does not fit this model: "
+                                                      "checkpoint has per-layer parameters (decoder/layer_0/")
+    assert "convert with jformer.models.stack_layer_params, or set model.scan_layers=False" in message
+    converted = ckpt.restore(state, step=1, params=shapes.expected(summary.param_shapes(looped)))
+  np.testing.assert_array_equal(stack_layer_params(converted["params"])["encoder"]["layers"]["feed_forward"]["wo"]
+                                ["kernel"][1], params["encoder"]["layer_1"]["feed_forward"]["wo"]["kernel"])
+
+
+def test_the_decoders_refuse_a_scanned_model_before_decoding():
+  config = tiny(**{"model.scan_layers": True}).config
+  assert config.attention_refusal(decoding=True) == SCAN_DECODE_REFUSAL and config.attention_refusal() is None

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from jformer import axes
 from jformer.models import remat as remat_lib
-from jformer.models.config import TransformerConfig
+from jformer.models.config import SCAN_DECODE_REFUSAL, TransformerConfig
 from jformer.models.layers import (AddPositions, AttentionBias, Dropout, Embed, FeedForward, MultiHeadAttention, norm,
                                    residual)
 from jformer.ops.softcap import soft_cap
@@ -193,11 +193,6 @@ class Encoder(nn.Module):
                         position_bias=position_bias, deterministic=deterministic,
                         remat=rematerialize(self, inputs_BxS.shape[1], deterministic))
     return norm(cfg, "final_norm")(x_BxSxD) if cfg.norm == "pre" and cfg.final_norm else x_BxSxD
-
-
-# Decoding keeps a cache per layer that the decoders (beam reordering, cross-attention keys) index by layer name.
-SCAN_DECODE_REFUSAL = ("model.scan_layers=True does not decode yet (the decode cache is per layer): decode with "
-                       "model.scan_layers=False and the parameters converted by jformer.models.unstack_layer_params")
 
 
 class Decoder(nn.Module):
