@@ -83,3 +83,19 @@ def test_each_remat_policy_gives_the_gradients_of_none(policy, scan):
   assert jax.tree.structure(got) == jax.tree.structure(want)
   for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
     np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
+
+
+def test_scanned_remat_policies_keep_less_memory():
+  """In the scanned layout the policies save memory on every backend (2 + 2 layers: nothing_saveable ~0.30 of
+  none's temporary memory, dots_saveable ~0.45). In the loop, XLA:CPU merges nn.remat's recomputation with the
+  forward pass (models/remat.py): there only 'full' and 'auto' save memory on CPU."""
+  x, y = tokens(0, (2, 32)), tokens(1, (2, 32))
+  temp = {}
+  for mode in ("none", "dots_saveable", "nothing_saveable"):
+    model = tiny(**{"model.remat": mode, "model.scan_layers": True})
+    params = init(model, x, y)["params"]
+    grad = jax.jit(jax.grad(lambda p: model.apply({"params": p}, x, y, deterministic=False,
+                                                  rngs={"dropout": jax.random.PRNGKey(0)}).sum()))
+    temp[mode] = grad.lower(params).compile().memory_analysis().temp_size_in_bytes
+  assert temp["nothing_saveable"] < 0.4 * temp["none"], temp
+  assert temp["nothing_saveable"] < temp["dots_saveable"] < 0.6 * temp["none"], temp
