@@ -146,6 +146,8 @@ def run_stack(stack: nn.Module, num_layers: int, causal: bool, x_BxLxD, encoded_
   every layer, a dropout key per layer; its body is rematerialized by `nn.remat` with the `model.remat` policy.
   """
   cfg = stack.config
+  if num_layers == 0:
+    return x_BxLxD
   if not cfg.scan_layers and not (remat and cfg.remat in remat_lib.POLICIES):
     layer_type = DecoderLayer if causal else EncoderLayer
     for i in range(num_layers):
