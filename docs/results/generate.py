@@ -454,6 +454,25 @@ def compile_cache_section(path: str, data: dict) -> str:
                           "llrrr"))
 
 
+COMPILE_INTRO = """\
+`benchmarks/compile.py`: what scanning the layers (`model.scan_layers`: one `nn.scan` over parameters stacked
+`[num_layers, ...]`) changes in the train step's compile time and step time, against the looped layers (one copy
+of the layer per layer in the program). The decoder-only language model, float32, dropout 0, paper Adam; both
+layouts start from the same parameters (the looped ones stacked), so their first-step losses agree. `compile s`:
+lowering and XLA compilation of the jitted step, measured once per row (not repeated).
+"""
+
+
+def compile_section(path: str, data: dict) -> str:
+  setup = (f"d_model {data['d_model']}, {data['heads']} heads, d_ff {data['d_ff']}, vocabulary {data['vocab']}, "
+           f"batch {data['batch']} x {data['length']} tokens.")
+  rows = [[count(r["layers"]), r["layout"], fixed(r["compile_s"], 1), timing(r["step_ms"], 1),
+           fixed(r["first_loss"], 5), disturbed(r["step_ms"])] for r in data["rows"]]
+  return paragraphs(provenance(path, data), setup,
+                    table(["layers", "layout", "compile s", "step ms median (min-max)", "first-step loss",
+                           "disturbed reps"], rows, "llrrrr"))
+
+
 def test_run_section(path: str, data: dict) -> str:
   rows = [[f"`{r['file']}`", count(r["passed"]), count(r["failed"]), count(r["skipped"])] for r in data["rows"]]
   totals = [sum(r[k] for r in data["rows"]) for k in ("passed", "failed", "skipped")]
@@ -507,6 +526,8 @@ PAGES = (
          "reference, the BASE bfloat16 train step and decoding on a GPU", ACCELERATOR_INTRO, accelerator_section),
     Page("compile_cache.md", "The persistent compilation cache", "compile_cache", "compile seconds of a sweep "
          "point and of a resume, with and without the cache", COMPILE_CACHE_INTRO, compile_cache_section),
+    Page("compile.md", "Scanned layers: compile and step time", "compile", "train step compile seconds and step "
+         "ms at 6, 12 and 24 layers, looped against scanned", COMPILE_INTRO, compile_section),
 )
 
 
