@@ -90,7 +90,7 @@ def render(sweep: Sweep, root: str, settings: Settings, *, python: str, project_
       f'exec 9>>"$WORKDIR/{runs.CLAIM_LOCK}"  # the point\'s claim (launch/runs.py): held until this task ends.',
       f'if ! flock -n 9; then echo "=== $(date -Iseconds) point $POINT is run by another launcher '
       f'($WORKDIR/{runs.CLAIM_LOCK}): skipped" >> "$WORKDIR/{runs.LOG}"; exit 0; fi',
-      f'echo "slurm job ${{SLURM_ARRAY_JOB_ID}}_$SLURM_ARRAY_TASK_ID on $(hostname) since $(date -Iseconds)" >&9',
+      'echo "slurm job ${SLURM_ARRAY_JOB_ID}_$SLURM_ARRAY_TASK_ID on $(hostname) since $(date -Iseconds)" >&9',
       f'rm -f "$WORKDIR/{runs.EXIT_CODE}"',
       'COORDINATOR_HOST="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
       f'export JFORMER_COORDINATOR_ADDRESS="$COORDINATOR_HOST:$(({COORDINATOR_PORT} + SLURM_ARRAY_TASK_ID % 1000))"',
