@@ -69,8 +69,10 @@ def test_auto_rematerializes_long_sequences_only():
   assert remat.policy("full") is None and remat.policy("auto") is None
 
 
-@pytest.mark.parametrize("policy,scan", [("full", True), ("dots_saveable", False), ("dots_saveable", True),
-                                         ("nothing_saveable", False), ("nothing_saveable", True)])
+@pytest.mark.parametrize("policy,scan", [  # two cases by default, the other three in the integration tier.
+    ("dots_saveable", True), ("nothing_saveable", False),
+    *(pytest.param(p, s, marks=pytest.mark.integration)
+      for p, s in [("full", True), ("dots_saveable", False), ("nothing_saveable", True)])])
 def test_each_remat_policy_gives_the_gradients_of_none(policy, scan):
   """Named policies go through nn.remat (per layer in the loop, the scan body when scanned; looped 'full' is the
   test above); 2 + 2 layers."""
@@ -85,6 +87,7 @@ def test_each_remat_policy_gives_the_gradients_of_none(policy, scan):
     np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.integration  # compiles six programs for seconds each: the integration tier.
 def test_scanned_remat_policies_keep_less_memory():
   """In the scanned layout the policies save memory on every backend (2 + 2 layers: nothing_saveable ~0.30 of
   none's temporary memory, dots_saveable ~0.45). In the loop, XLA:CPU merges nn.remat's recomputation with the

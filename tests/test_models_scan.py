@@ -37,7 +37,9 @@ def test_stack_and_unstack_are_exact_inverses():
     np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("architecture,norm", [("transformer", "post"), ("lm", "pre")])
+@pytest.mark.parametrize("architecture,norm", [
+    pytest.param("transformer", "post", marks=pytest.mark.integration),  # seconds of compiling: integration tier.
+    ("lm", "pre")])
 def test_scanned_model_gives_the_looped_outputs_and_gradients(architecture, norm):
   overrides = {**NO_DROPOUT, "model.architecture": architecture, "model.norm": norm}
   looped, scanned = tiny(**overrides), tiny(**overrides, **{"model.scan_layers": True})

@@ -217,7 +217,6 @@ class MultiHeadAttention(nn.Module):
       query_BxTxHxK, = project(inputs_q_BxTxD, (query,), cfg.compute_dtype)
       kv_source = inputs_q_BxTxD if inputs_kv_BxSxD is None else inputs_kv_BxSxD
       projected_kv = lambda: project(kv_source, (key, value), cfg.compute_dtype)
-    project_kv = projected_kv
     if cfg.qk_norm:
       query_norm, key_norm = norm(cfg, "query_norm"), norm(cfg, "key_norm")
       query_BxTxHxK = query_norm(query_BxTxHxK).astype(cfg.compute_dtype)
@@ -225,6 +224,8 @@ class MultiHeadAttention(nn.Module):
       def project_kv():
         key_BxSxGxK, value_BxSxGxK = projected_kv()
         return key_norm(key_BxSxGxK).astype(cfg.compute_dtype), value_BxSxGxK
+    else:
+      project_kv = projected_kv
 
     if decode and inputs_kv_BxSxD is not None:
       key_BxSxGxK, value_BxSxGxK = self._cross_attention_cache(project_kv)
