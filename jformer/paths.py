@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Iterator, TextIO
+from typing import Callable, Iterator, TextIO
 
 from etils import epath
 
@@ -108,6 +108,25 @@ class HeldElsewhere(Exception):
 
 
 @contextlib.contextmanager
+def every(seconds: float, action: Callable[[], object]) -> Iterator[None]:
+  """Calls `action` every `seconds` in a background thread while the block runs (a heartbeat), and waits for the
+  thread at the end."""
+  stop = threading.Event()
+
+  def repeat():
+    while not stop.wait(seconds):
+      action()
+
+  thread = threading.Thread(target=repeat, daemon=True)
+  thread.start()
+  try:
+    yield
+  finally:
+    stop.set()
+    thread.join()
+
+
+@contextlib.contextmanager
 def heartbeat_claim(record: epath.PathLike, holder: str, *, stale_after_s: float, beat_s: float,
                     settle_s: float) -> Iterator[None]:
   """Holds a claim on an object store (gs://, which has no locks) while the block runs: the JSON file `record` with
@@ -130,19 +149,10 @@ def heartbeat_claim(record: epath.PathLike, holder: str, *, stale_after_s: float
   if held is None or held.get("id") != claim_id:
     raise HeldElsewhere(f"taken by {None if held is None else held.get('holder')} at the same time "
                         f"({os.fspath(record)})")
-  stop = threading.Event()
-
-  def beats():
-    while not stop.wait(beat_s):
-      write()
-
-  beat = threading.Thread(target=beats, daemon=True)
-  beat.start()
   try:
-    yield
+    with every(beat_s, write):
+      yield
   finally:
-    stop.set()
-    beat.join()
     if (_read_json(record) or {}).get("id") == claim_id:
       record.unlink(missing_ok=True)
 

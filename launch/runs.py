@@ -23,7 +23,6 @@ import shlex
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from typing import IO, Iterator
 
@@ -202,19 +201,8 @@ def run_logged(commands: list[list[str]], workdir: epath.PathLike) -> int:
 def _heartbeat(workdir: epath.Path, process: subprocess.Popen) -> Iterator[None]:
   """Writes running.json for `process` now and every HEARTBEAT_S seconds until the block ends."""
   write_running(workdir, process.pid)
-  stop = threading.Event()
-
-  def beat():
-    while not stop.wait(HEARTBEAT_S):
-      write_running(workdir, process.pid)
-
-  thread = threading.Thread(target=beat, daemon=True)
-  thread.start()
-  try:
+  with paths.every(HEARTBEAT_S, lambda: write_running(workdir, process.pid)):
     yield
-  finally:
-    stop.set()
-    thread.join()
 
 
 @contextlib.contextmanager

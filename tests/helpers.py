@@ -14,6 +14,7 @@ import functools
 import os
 import pathlib
 import socket
+import signal
 import subprocess
 import sys
 from typing import Callable
@@ -522,6 +523,19 @@ def start_two_processes(repo_root, workdir, overrides, *, config="configs/small.
              *overrides]
   return [subprocess.Popen(command, cwd=repo_root, env={**env, "JFORMER_PROCESS_ID": str(i)}, text=True,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for i in range(2)]
+
+
+def sigterm_process_1_at_step(processes, step: int = 10) -> tuple[str, str]:
+  """Sends SIGTERM to process 1 once process 0 (which prints the progress lines) reports `step`; then (process 0's
+  output, process 1's output), both having exited 0 (`finish`)."""
+  seen = []
+  for line in processes[0].stdout:
+    seen.append(line)
+    if line.startswith(f"step {step:>6}/"):
+      processes[1].send_signal(signal.SIGTERM)
+      break
+  rest, other = finish(processes)
+  return "".join(seen) + rest, other
 
 
 def finish(processes, timeout=600) -> list[str]:

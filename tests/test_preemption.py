@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import finish, prepared_overrides, start_two_processes, tiny_overrides
+from helpers import finish, prepared_overrides, sigterm_process_1_at_step, start_two_processes, tiny_overrides
 from jformer import checkpoint, data
 from jformer import config as config_lib
 from jformer.train import loop
@@ -55,14 +55,7 @@ def test_two_processes_save_the_same_step_when_one_gets_sigterm_and_resume_like_
   straight = finish(start_two_processes(repo_root, tmp_path / "straight", overrides))[0]
 
   processes = start_two_processes(repo_root, tmp_path / "preempted", overrides)
-  seen = []
-  for line in processes[0].stdout:  # process 0 prints the progress lines; the signal goes to process 1 only.
-    seen.append(line)
-    if line.startswith("step     10/"):
-      processes[1].send_signal(signal.SIGTERM)
-      break
-  rest, other = finish(processes)
-  chief = "".join(seen) + rest
+  chief, other = sigterm_process_1_at_step(processes, 10)
   saved = int(chief.split("preempted: saved step ")[1].split()[0])
   assert 10 <= saved < 60, chief[-3000:]
   step_dir = tmp_path / "preempted" / "checkpoints" / str(saved)

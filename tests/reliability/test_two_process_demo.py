@@ -7,10 +7,9 @@ model, batch and steps are shrunk (`helpers.tiny_overrides`); `model.dtype` is l
 """
 
 import json
-import signal
 
 import pytest
-from helpers import finish, prepared_overrides, start_two_processes
+from helpers import finish, prepared_overrides, sigterm_process_1_at_step, start_two_processes
 
 from jformer import checkpoint
 
@@ -26,14 +25,7 @@ def test_two_processes_of_the_demo_save_the_same_step_on_sigterm_and_the_restart
   workdir = tmp_path / "run"
 
   processes = start_two_processes(repo_root, workdir, overrides, config="configs/demo.py")
-  seen = []
-  for line in processes[0].stdout:  # process 0 prints the progress lines; the signal goes to process 1 only.
-    seen.append(line)
-    if line.startswith("step     10/"):
-      processes[1].send_signal(signal.SIGTERM)
-      break
-  rest, other = finish(processes)
-  chief = "".join(seen) + rest
+  chief, other = sigterm_process_1_at_step(processes, 10)
   assert "step     10/60" in chief, chief[-3000:]
   saved = int(chief.split("preempted: saved step ")[1].split()[0])
   assert 10 <= saved < 60, chief[-3000:]
