@@ -67,8 +67,9 @@ def measure(layers: int, reps: int) -> list[dict]:
     timing = common.time_repeated(run, reps, warmup=0)
     rows.append({"layers": layers, "layout": "scan" if scan else "loop", "compile_s": round(compile_s, 2),
                  "step_ms": timing.summary(1e3, 1), "first_loss": round(first_loss, 5)})
-    print(f"{layers} layers, {rows[-1]['layout']}: compile {compile_s:.1f} s, step {timing.median * 1e3:.1f} ms, "
-          f"first loss {first_loss:.5f}", flush=True)
+    step_ms = rows[-1]["step_ms"]
+    print(f"{layers} layers, {rows[-1]['layout']}: compile {compile_s:.1f} s, step {step_ms['median']} ms "
+          f"({step_ms['min']}-{step_ms['max']}), first loss {first_loss:.5f}", flush=True)
   return rows
 
 

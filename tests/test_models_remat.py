@@ -72,7 +72,8 @@ def test_auto_rematerializes_long_sequences_only():
 @pytest.mark.parametrize("policy,scan", [  # two cases by default, the other three in the integration tier.
     ("dots_saveable", True), ("nothing_saveable", False),
     *(pytest.param(p, s, marks=pytest.mark.integration)
-      for p, s in [("full", True), ("dots_saveable", False), ("nothing_saveable", True)])])
+      for p, s in [("full", True), ("dots_saveable", False), ("nothing_saveable", True), ("offload_dots", True),
+                   ("offload_dots", False)])])
 def test_each_remat_policy_gives_the_gradients_of_none(policy, scan):
   """Named policies go through nn.remat (per layer in the loop, the scan body when scanned; looped 'full' is the
   test above); 2 + 2 layers."""

@@ -144,9 +144,12 @@ def test_cooldown_of_a_budget_run_ends_at_the_plan_like_a_run_of_that_many_steps
   assert match and replan, out[-3000:]
   first, replan_step, planned = int(match.group(2)), int(match.group(3)), int(replan.group(4))
   assert 0 < float(match.group(1)) < 60 and int(replan.group(5)) == first
-  # Planned again before the first plan's cool-down (the last quarter) and before its own: one compilation after it.
+  # Planned again before the first plan's cool-down (the last quarter): one compilation after it.
   assert int(replan.group(1)) == int(replan.group(3)) == replan_step < first - round(0.25 * first)
-  assert replan_step < planned - round(0.25 * planned) and "should have begun" not in out
+  # Before its own cool-down too unless the machine slowed down by more than the plan's margin (about 15%) between
+  # the two plans, as a CI machine busy with other tests can: then the log says the cool-down begins late.
+  on_time = replan_step <= planned - round(0.25 * planned)  # its cool-down begins after step planned - C.
+  assert on_time == ("should have begun" not in out), out[-3000:]
   assert budgeted["step"] == budgeted["planned_steps"] == planned
   stored = json.loads((tmp_path / "budget" / "budget.json").read_text())
   assert (stored["planned_steps"], stored["first_planned_steps"], stored["replanned_at_step"]) == (
@@ -155,6 +158,9 @@ def test_cooldown_of_a_budget_run_ends_at_the_plan_like_a_run_of_that_many_steps
   last_rate = float(re.search(rf"^step {planned:>6}/{planned} \| .* \| lr (\S+) \|", out, re.M).group(1))
   eq3 = 32**-0.5 * min(planned**-0.5, planned * 10**-1.5)  # tiny model: d_model 32.
   assert last_rate == pytest.approx(eq3 / round(0.25 * planned), rel=5e-3)  # the ramp's last factor, 1/C.
+  if not on_time:  # a late cool-down is shorter than that of a run of `planned` steps: nothing to compare with.
+    pytest.skip(f"re-planned at step {replan_step}, inside the cool-down of {planned} steps (the machine slowed "
+                f"down); the comparison with train.steps={planned} needs a re-plan before it")
 
   # The same parameters as train.steps=<planned> with the cool-down known from the start.
   steps = train_and_evaluate(load(repo_root, tiny_corpus, **budget_overrides(**{

@@ -49,15 +49,17 @@ def percent(x) -> str:
 
 
 def timing(t: dict | None, digits: int) -> str:
-  """A `common.Timing.summary()`: 'median (min-max)'."""
+  """A `common.Timing.summary()`: 'median (min-max)'; the median alone where a transcribed run printed only it."""
   if t is None:
     return "-"
+  if "min" not in t:
+    return f"{t['median']:.{digits}f}"
   return f"{t['median']:.{digits}f} ({t['min']:.{digits}f}-{t['max']:.{digits}f})"
 
 
 def disturbed(t: dict | None) -> str:
-  """'disturbed/reps' of a timing summary."""
-  return "-" if t is None else f"{t['disturbed']}/{t['reps']}"
+  """'disturbed/reps' of a timing summary ('-' where not counted)."""
+  return "-" if t is None or "disturbed" not in t else f"{t['disturbed']}/{t['reps']}"
 
 
 def count(x) -> str:
@@ -468,9 +470,10 @@ def compile_section(path: str, data: dict) -> str:
            f"batch {data['batch']} x {data['length']} tokens.")
   rows = [[count(r["layers"]), r["layout"], fixed(r["compile_s"], 1), timing(r["step_ms"], 1),
            fixed(r["first_loss"], 5), disturbed(r["step_ms"])] for r in data["rows"]]
+  missing = f"Not measured: {data['missing']}." if data.get("missing") else ""
   return paragraphs(provenance(path, data), setup,
                     table(["layers", "layout", "compile s", "step ms median (min-max)", "first-step loss",
-                           "disturbed reps"], rows, "llrrrr"))
+                           "disturbed reps"], rows, "llrrrr"), missing)
 
 
 def test_run_section(path: str, data: dict) -> str:

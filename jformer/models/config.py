@@ -106,8 +106,10 @@ class TransformerConfig:
   use_bias: bool = field(True, "Biases in the attention and feed-forward projections and in the norms (paper: "
                          "True; the key projection never has one).", identity=True)
   remat: str = field("auto", "Recompute layer activations in the backward pass: auto (>= 1024 tokens), none, full, "
-                     "or a jax.checkpoint policy per layer: dots_saveable (keep matmul outputs), nothing_saveable (on CPU "
-                     "these save memory with scan_layers only: XLA:CPU merges a looped layer's recomputation).",
+                     "or a jax.checkpoint policy per layer: dots_saveable (keep matmul outputs), nothing_saveable, "
+                     "offload_dots (the weight matmuls' outputs marked for pinned host memory; jformer/models/remat.py); "
+                     "on CPU these save memory with scan_layers only (XLA:CPU merges a looped layer's "
+                     "recomputation).",
                      choices=REMAT)
   scan_layers: bool = field(False, "Run each stack's identical layers with nn.scan over parameters stacked on a "
                             "leading [num_layers] axis (`layers/...` instead of `layer_0/...`): compile time no "

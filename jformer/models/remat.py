@@ -9,7 +9,12 @@ layer (1/3 more FLOPs); tests/test_models_remat.py checks that it keeps less.
 
 `model.remat` names when: 'none', 'full', 'auto' (full from `AUTO_MIN_LENGTH` tokens), or a policy of
 `jax.checkpoint_policies` ('dots_saveable': keep the matmul outputs, recompute the rest; 'nothing_saveable': keep
-nothing, as 'full') applied to each layer with `nn.remat`, in the loop and in the scanned layout alike. In the
+nothing, as 'full'; 'offload_dots': JAX's `offload_dot_with_no_batch_dims`, which marks the outputs of the
+matmuls with weights (no batch dimensions: the projections, not the attention scores) for pinned host memory, to be
+copied back for the backward pass, as MaxText's offloading policies do) applied to each layer with `nn.remat`, in
+the loop and in the scanned layout alike. Every policy computes the gradients of 'none'
+(tests/test_models_remat.py); whether XLA moves the offloaded values, and so saves a GPU's or TPU's memory, is the
+backend's choice and is not measured here (on CPU both memories are host RAM). In the
 scanned layout the recomputation runs inside the scan's backward loop, where no compiler can merge it with the
 forward pass: the policies save memory on every backend. In the loop, XLA:CPU merges `nn.remat`'s recomputation as
 above, so on CPU only 'full' and 'auto' save memory there (tests/test_models_remat.py measures both).
@@ -28,7 +33,8 @@ AUTO_MIN_LENGTH = 1024
 
 # The named policies of `model.remat` (jax.checkpoint_policies): which intermediate values a layer keeps.
 POLICIES = {"dots_saveable": jax.checkpoint_policies.dots_saveable,
-            "nothing_saveable": jax.checkpoint_policies.nothing_saveable}
+            "nothing_saveable": jax.checkpoint_policies.nothing_saveable,
+            "offload_dots": jax.checkpoint_policies.offload_dot_with_no_batch_dims("device", "pinned_host")}
 MODES = ("auto", "none", "full", *POLICIES)
 
 

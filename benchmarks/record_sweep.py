@@ -1,0 +1,143 @@
+"""Records a finished sweep with seeds as a `docs/results/` table and figure: one row per group of points that differ
+only in their seeds (swept keys ending in `.seed`), the seeds' mean beside each seed's value and their spread.
+
+    python benchmarks/record_sweep.py --sweep=configs/sweeps/lm_blocks.py --root=runs \
+        --json=benchmarks/results/sweep_lm_blocks.json --figure=docs/results/lm_blocks.png
+
+A row is named by the sweep file's `row_of(overrides)` where it defines one, else by its point name less the seeds.
+Columns: valid bits per byte (mean, each seed, max - min), test bits per byte at each context of
+`test_bits_per_byte_at` (mean), the steps trained (a time budget plans them per point) and tokens/s (means). The
+figure: each seed's valid bits per byte per row, and test bits per byte against context (the seeds' mean). The
+JSON's `title`, `setup` and `findings` (what the table shows, written after reading it) come from `--title`,
+`--setup` and `--findings` (a text file, one finding per line), or are kept from the JSON already there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import runpy
+import statistics
+
+import common
+
+PREFIX = "test_bits_per_byte@"
+
+
+def is_seed(key: str) -> bool:
+  return key == "seed" or key.endswith(".seed")
+
+
+def groups(sweep, rows: list[dict], row_of) -> dict[str, list[dict]]:
+  """{row name: the report rows of its points (one per seed)}, in the sweep's order; every point finished."""
+  grouped: dict[str, list[dict]] = {}
+  from launch import runs
+
+  for point, row in zip(sweep.points, rows, strict=True):
+    if row["status"] != runs.DONE:
+      raise SystemExit(f"point {point.name} is {row['status']}, not done: run the sweep to its end first")
+    block = {key: value for key, value in point.overrides.items() if not is_seed(key)}
+    name = row_of(block) if row_of else ",".join(p for p in point.name.split(",") if not is_seed(p.split("=")[0]))
+    grouped.setdefault(name or "base", []).append(row)
+  return grouped
+
+
+def summarize(grouped: dict[str, list[dict]]) -> tuple[list[str], list[dict]]:
+  """(contexts, one summary per row: seeds' valid bits per byte, means of the test contexts, steps, tokens/s)."""
+  contexts = sorted({column[len(PREFIX):] for rows in grouped.values() for column in rows[0]
+                     if column.startswith(PREFIX)}, key=int)
+  summaries = []
+  for name, rows in grouped.items():
+    valid = [row["eval_bits_per_byte"] for row in rows]
+    summaries.append({
+        "row": name, "seeds": len(rows), "valid": valid, "valid_mean": statistics.fmean(valid),
+        "test": {c: statistics.fmean(row[PREFIX + c] for row in rows) for c in contexts},
+        "steps": statistics.fmean(row["step"] for row in rows),
+        "tokens_per_second": statistics.fmean(row["tokens_per_second"] for row in rows),
+        "xz": rows[0].get("xz_bits_per_byte")})
+  return contexts, summaries
+
+
+def table(contexts: list[str], summaries: list[dict]) -> tuple[list[str], list[list[str]]]:
+  xz = summaries[0]["xz"]
+  headers = ["block", f"valid bpb (xz -9: {xz:.3f})" if xz else "valid bpb", "seeds", "seed spread",
+             *(f"test bpb @{c}" if i == 0 else f"@{c}" for i, c in enumerate(contexts)), "steps", "tokens/s"]
+  rows = [[s["row"], f"{s['valid_mean']:.3f}", " / ".join(f"{v:.3f}" for v in s["valid"]),
+           f"{max(s['valid']) - min(s['valid']):.3f}", *(f"{s['test'][c]:.3f}" for c in contexts),
+           f"{s['steps']:.0f}", f"{s['tokens_per_second']:,.0f}"] for s in summaries]
+  return headers, rows
+
+
+def plot(contexts: list[str], summaries: list[dict], path: str, title: str):
+  import matplotlib
+
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt
+
+  figure, (left, right) = plt.subplots(1, 2, figsize=(13, 0.45 * len(summaries) + 2.5))
+  positions = range(len(summaries))[::-1]
+  for y, s in zip(positions, summaries):
+    left.scatter(s["valid"], [y] * len(s["valid"]), color="tab:blue", s=18)
+    left.scatter([s["valid_mean"]], [y], marker="|", s=300, color="black")
+  left.set_yticks(list(positions), [s["row"] for s in summaries])
+  left.set(xlabel="valid bits per byte (dots: seeds, bar: mean)", title=title)
+  left.grid(axis="x", alpha=0.3)
+  lengths = [int(c) for c in contexts]
+  for s in summaries:
+    right.plot(lengths, [s["test"][c] for c in contexts], marker="o", label=s["row"])
+  right.set_xscale("log", base=2)
+  right.set_xticks(lengths, contexts)
+  right.set(xlabel="context length (tokens)", ylabel="test bits per byte (mean of seeds)",
+            title="length extrapolation (trained at the first context)")
+  right.grid(alpha=0.3)
+  right.legend(fontsize="small")
+  figure.tight_layout()
+  figure.savefig(path, format="png", dpi=100)
+  plt.close(figure)
+  print(f"wrote {path}")
+
+
+def machine(args) -> dict:
+  """`common.machine()` with the command that ran the sweep before the one that recorded it."""
+  info = common.machine()
+  info["command"] = f"jformer launch --sweep={args.sweep} --root={args.root} && {info['command']}"
+  return info
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--sweep", required=True, help="the sweep file, e.g. configs/sweeps/lm_blocks.py")
+  parser.add_argument("--root", default="runs", help="folder holding <sweep>/<point>/ workdirs")
+  parser.add_argument("--json", required=True, help="the results JSON to write (benchmarks/results/...)")
+  parser.add_argument("--figure", required=True, help="the PNG to write (docs/results/...)")
+  parser.add_argument("--title", default="", help="the table's title (default: kept from --json)")
+  parser.add_argument("--setup", default="", help="what was run (default: kept from --json)")
+  parser.add_argument("--findings", default="", help="text file, one finding per line (default: kept from --json)")
+  args = parser.parse_args()
+  common.setup()
+  from launch import report
+  from launch import sweep as sweep_lib
+
+  sweep = sweep_lib.load(args.sweep)
+  row_of = runpy.run_path(args.sweep).get("row_of")
+  contexts, summaries = summarize(groups(sweep, report.collect(sweep, args.root)[0], row_of))
+  headers, rows = table(contexts, summaries)
+  print(common.markdown_table(headers, rows))
+  kept = json.loads(pathlib.Path(args.json).read_text()) if os.path.exists(args.json) else {}
+  findings = (pathlib.Path(args.findings).read_text().strip().splitlines() if args.findings
+              else kept.get("findings", []))
+  title = args.title or kept.get("title") or f"sweep {sweep.name}"
+  plot(contexts, summaries, args.figure, title)
+  figure = os.path.relpath(args.figure, start=os.path.join(common.REPO, "docs", "results"))
+  common.write_json(args.json, {
+      "benchmark": "sweep", "machine": machine(args), "title": title,
+      "setup": args.setup or kept.get("setup", ""), "headers": headers, "rows": rows, "figure": figure,
+      "findings": findings, "points": {s["row"]: s for s in summaries}})
+  if not findings:
+    print(f"note: no findings yet: write them (one per line) and pass --findings, or edit {args.json}")
+
+
+if __name__ == "__main__":
+  main()

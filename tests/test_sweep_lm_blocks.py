@@ -1,0 +1,96 @@
+"""The block ablation sweep (configs/sweeps/lm_blocks.py) and its record (benchmarks/record_sweep.py): the rows are
+the blocks the sweep claims, each with two seeds; the gated block keeps the feed-forward's parameters; the record
+groups the seeds of a row, averages them and shows their spread."""
+
+import functools
+import json
+
+import pytest
+
+from jformer import config as config_lib
+from jformer import tasks
+from jformer.models import summary
+from launch import runs, sweep
+
+SWEEP = "configs/sweeps/lm_blocks.py"
+
+
+@pytest.fixture
+def module(repo_root):
+  return config_lib.import_file(repo_root / SWEEP, "sweep", "")
+
+
+def test_rows_are_paper_pre_ln_modern_and_modern_less_each_option(repo_root, module, monkeypatch):
+  monkeypatch.chdir(repo_root)
+  loaded = sweep.load(SWEEP)
+  rows = [module.row_of(p.overrides) for p in loaded.points]
+  names = ["paper", "pre-LN", "modern", "modern -rmsnorm", "modern -swiglu", "modern -rotary", "modern -qk_norm",
+           "modern -z_loss", "modern -no_bias"]
+  assert rows == [name for name in names for _ in module.SEEDS]
+  assert [(p.overrides["train.seed"], p.overrides["data.seed"]) for p in loaded.points] == [(0, 0), (1, 1)] * 9
+  pre_ln = module.PRE_LN
+  assert loaded.points[2].overrides == {"train.seed": 0, "data.seed": 0}  # pre-LN: the FIXED block, lm_demo's.
+  demo = config_lib.load(repo_root / loaded.base)
+  assert {key: functools.reduce(getattr, key.split("."), demo) for key in pre_ln} == pre_ln
+  modern = module.ROWS["modern"]
+  for option, keys in module.REMOVALS.items():  # each removal puts exactly its keys back to the pre-LN block.
+    removed = {**pre_ln, **module.ROWS[f"modern -{option}"]}
+    assert {k for k in modern if removed[k] != modern[k]} == set(keys)
+    assert all(removed[k] == pre_ln[k] for k in keys)
+  # The demo's peak learning rate, 256^-0.5 * 200^-0.5, reached after the sweep's shorter warm-up.
+  fixed = module.FIXED
+  peak = fixed["optimizer.learning_rate_scale"] * 256**-0.5 * fixed["optimizer.warmup_steps"]**-0.5
+  assert peak == pytest.approx(256**-0.5 * 200**-0.5, rel=0.01)
+  assert all(p.overrides.keys() <= set(pre_ln) | {"train.seed", "data.seed"} for p in loaded.points)
+
+
+def test_swiglu_row_keeps_the_feed_forward_parameters(repo_root, module):
+  def counts(row):
+    overrides = {**module.PRE_LN, **module.ROWS[row]}
+    config = config_lib.load(repo_root / "configs" / "lm_demo.py", {k: sweep.cli_value(v) for k, v in
+                                                                      overrides.items()})
+    return summary.count_by_module(summary.param_shapes(tasks.build_model(config)))["total"]
+
+  gated, plain = counts("modern"), counts("modern -swiglu")
+  # 4 layers x (3 x 256 x 683 - 2 x 256 x 1024) = 4 x 256 = 1,024 parameters more of 5.2M: the width rounds up.
+  assert gated - plain == 4 * 256 * (3 * 683 - 2 * 1024) == 1024
+  assert abs(gated - plain) / plain < 1e-3
+
+
+def write_point(root, name, results):
+  workdir = root / "blocks" / name
+  workdir.mkdir(parents=True)
+  (workdir / runs.RESULTS).write_text(json.dumps(results))
+  (workdir / runs.EXIT_CODE).write_text("0\n")
+
+
+def test_record_groups_seeds_into_rows_with_mean_and_spread(tmp_path, monkeypatch, repo_root):
+  monkeypatch.syspath_prepend(str(repo_root / "benchmarks"))
+  import record_sweep
+  from launch import report
+
+  points = [{"model.norm": norm, "train.seed": seed} for norm in ("post", "pre") for seed in (0, 1)]
+  names = sweep.point_names(points)
+  valid = {("post", 0): 2.0, ("post", 1): 2.25, ("pre", 0): 1.5, ("pre", 1): 1.5625}
+  for name, point in zip(names, points):
+    bits = valid[point["model.norm"], point["train.seed"]]
+    write_point(tmp_path, name, {"step": 100 + point["train.seed"], "eval_bits_per_byte": bits,
+                                 "xz_bits_per_byte": 2.0914, "test_bits_per_byte_at": {"512": bits + 1, "256": bits},
+                                 "tokens_per_second": 1000.0 * (1 + point["train.seed"])})
+  blocks = sweep.Sweep("blocks", "configs/lm_demo.py", {}, tuple(sweep.Point(n, p, 100) for n, p in zip(names,
+                                                                                                      points)))
+  grouped = record_sweep.groups(blocks, report.collect(blocks, str(tmp_path))[0], row_of=None)
+  assert list(grouped) == ["norm=post", "norm=pre"] and all(len(rows) == 2 for rows in grouped.values())
+  contexts, summaries = record_sweep.summarize(grouped)
+  assert contexts == ["256", "512"]
+  headers, rows = record_sweep.table(contexts, summaries)
+  assert headers == ["block", "valid bpb (xz -9: 2.091)", "seeds", "seed spread", "test bpb @256", "@512", "steps",
+                     "tokens/s"]
+  assert rows[0] == ["norm=post", "2.125", "2.000 / 2.250", "0.250", "2.125", "3.125", "100", "1,500"]
+  assert rows[1][1:4] == ["1.531", "1.500 / 1.562", "0.062"]
+  record_sweep.plot(contexts, summaries, str(tmp_path / "blocks.png"), "blocks")
+  assert (tmp_path / "blocks.png").read_bytes().startswith(b"\x89PNG")
+
+  (tmp_path / "blocks" / names[3] / runs.RESULTS).unlink()  # a point not finished: nothing is recorded.
+  with pytest.raises(SystemExit, match="not done: run the sweep to its end first"):
+    record_sweep.groups(blocks, report.collect(blocks, str(tmp_path))[0], row_of=None)
