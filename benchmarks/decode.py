@@ -7,17 +7,28 @@ Uses jformer's own decoders (`jformer/decode/`), the same calls `translate_ids` 
 
 Float32 and bfloat16 (`model.dtype`; parameters float32) side by side.
 
-    python benchmarks/decode.py [--reps=5] [--dtypes=float32,bfloat16] [--json=decode.json]
+Then what each attention variant keeps between decode steps (`jformer.attention.decode_state`), against the
+generated length: the LM demo's model (decoder-only, d_model 256, 4 layers, 4 heads, rotary positions, float32,
+random weights), batch 8, its decode cache after LENGTHS[i] positions (bytes of every cache array) and the time of
+one decode step there (one token fed with `jformer.decode.generator.feed`, the position counter at the length).
+`dot_product` keeps every key and value (grows with the length), `local` (window 128) the last 128, `linear` its
+recurrent state (neither grows).
+
+    python benchmarks/decode.py [--reps=5] [--dtypes=float32,bfloat16] [--lengths=256,...,4096] [--json=decode.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 
 import common
 
 BATCH, SOURCE_LENGTH, STEPS = 8, 64, 63
 BEAM, ALPHA = 4, 0.6
+# The decode-state table: variants with their options, and generated lengths.
+STATE_VARIANTS = {"dot_product": {}, "local": {"window_size": 128}, "linear": {}}
+LENGTHS = (256, 512, 1024, 2048, 4096)
 
 
 def decode_function(model, method: str):
@@ -77,11 +88,57 @@ def measure(model, params, inputs, method: str, reps: int) -> dict:
           "ms_per_step": round(1e3 * timing.median / STEPS, 2)}
 
 
+def state_model(variant: str, options: dict, max_length: int):
+  """The LM demo's model (random weights) with `variant`, positions up to `max_length`."""
+  from jformer.models import LanguageModel, TransformerConfig
+
+  config = TransformerConfig(architecture="lm", vocab_size=8000, d_model=256, num_heads=4, d_ff=1024,
+                             num_encoder_layers=0, num_decoder_layers=4, dropout_rate=0.0, norm="pre",
+                             positional="rotary", max_length=max_length, attention=variant,
+                             attention_options=tuple(sorted(options.items())))
+  config.validate()
+  return LanguageModel(config)
+
+
+def measure_state(model, params, length: int, reps: int) -> dict:
+  """The decode cache of BATCH rows for `length` positions, its counters at `length - 1`, and one step there."""
+  import jax
+  import jax.numpy as jnp
+
+  from jformer.decode import generator
+
+  cache = jax.jit(functools.partial(generator.init_cache, model, batch=BATCH, length=length))(params)
+  at_end = lambda path, x: jnp.full_like(x, length - 1) if path[-1].key == "position" else x
+  cache = jax.tree_util.tree_map_with_path(at_end, cache)
+  ids = jnp.ones((BATCH, 1), jnp.int32)
+  step = jax.jit(lambda p, i, c: generator.feed(model, p, i, c)).lower(params, ids, cache).compile()
+  timing = common.time_repeated(lambda: step(params, ids, cache)[0], reps)
+  cache_bytes = sum(x.nbytes for x in jax.tree.leaves(cache))
+  return {"length": length, "cache_mib": round(cache_bytes / 2**20, 3), "step_ms": timing.summary(1e3, 2)}
+
+
+def state_rows(lengths, reps: int) -> list[dict]:
+  import jax
+  import jax.numpy as jnp
+
+  rows = []
+  for variant, options in STATE_VARIANTS.items():
+    model = state_model(variant, options, max(lengths))
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.ones((1, 8), jnp.int32))["params"]
+    for length in lengths:
+      rows.append({"variant": variant, "options": options, **measure_state(model, params, length, reps)})
+      print(f"{variant} at {length}: cache {rows[-1]['cache_mib']} MiB, step {rows[-1]['step_ms']['median']} ms",
+            flush=True)
+  return rows
+
+
 def main(argv=None):
   common.setup()
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   common.add_common_arguments(parser, default_json="decode.json")
   common.add_dtypes_argument(parser)
+  parser.add_argument("--lengths", default=",".join(map(str, LENGTHS)), help="generated lengths of the "
+                      "decode-state table ('' = skip it)")
   args = parser.parse_args(argv)
   common.check_reps(parser, args)
   dtypes = common.dtypes(parser, args)
@@ -106,8 +163,16 @@ def main(argv=None):
       [[r["dtype"], r["method"], f"{r['decode_ms']['median']} ({r['decode_ms']['min']}-{r['decode_ms']['max']})",
         r["output_tokens"], f"{r['tokens_per_s']:,}", r["ms_per_step"],
         f"{r['decode_ms']['disturbed']}/{r['decode_ms']['reps']}"] for r in rows]))
+  states = state_rows([int(n) for n in args.lengths.split(",")], args.reps) if args.lengths else []
+  if states:
+    print(common.markdown_table(
+        ["variant", "length", "cache MiB", "ms per step median (min-max)", "disturbed reps"],
+        [[r["variant"], r["length"], r["cache_mib"],
+          f"{r['step_ms']['median']} ({r['step_ms']['min']}-{r['step_ms']['max']})",
+          f"{r['step_ms']['disturbed']}/{r['step_ms']['reps']}"] for r in states]))
   common.write_json(args.json, {"benchmark": "decode", "machine": machine, "shape": "TINY", "batch": BATCH,
-                                "source_length": SOURCE_LENGTH, "steps": STEPS, "rows": rows})
+                                "source_length": SOURCE_LENGTH, "steps": STEPS, "rows": rows,
+                                "state_rows": states})
 
 
 if __name__ == "__main__":

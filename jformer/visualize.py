@@ -72,10 +72,11 @@ def attention_maps(config, model, params, tokenizer, text: str, *, rng=None) -> 
   """Translates `text` with the run's decoder (`config.decode`) and records the attention of that translation."""
   if not model.is_encoder_decoder:
     raise ValueError("visualize-attention needs an encoder-decoder run (model.architecture='transformer')")
-  variant = model.config.attention_variant
-  if variant.weights is None:
-    raise ValueError(f"attention variant '{variant.name}' has no weights function (it never forms attention "
-                     "weights), so there are no attention maps to draw")
+  for layer_config in (*model.config.layer_configs(), model.config):  # each layer kind's, and cross-attention's.
+    variant = layer_config.attention_variant
+    if variant.weights is None:
+      raise ValueError(f"attention variant '{variant.name}' has no weights function (it never forms attention "
+                       "weights), so there are no attention maps to draw")
   source_ids = tokenizer.encode(text)
   max_length = model.config.max_length
   if len(source_ids) > max_length:

@@ -78,6 +78,26 @@ def tiny_corpus(tmp_path_factory) -> pathlib.Path:
   return folder
 
 
+@pytest.fixture(scope="session")
+def text_corpus(tmp_path_factory) -> pathlib.Path:
+  """{train,valid,test}.txt: documents of 1 to 4 lines of the bundled corpus's English side, blank-line separated."""
+  import gzip
+  import itertools
+
+  import numpy as np
+
+  folder = tmp_path_factory.mktemp("text_corpus") / "corpus"
+  folder.mkdir()
+  with gzip.open(REPO / "jformer" / "data" / "corpora" / "gettext_en_de" / "train.src.gz", "rt",
+                 encoding="utf-8") as f:
+    lines = (line.rstrip("\n") for line in f if line.strip())
+    rng = np.random.default_rng(0)
+    for split, count in (("train", 150), ("valid", 8), ("test", 8)):
+      documents = ["\n".join(itertools.islice(lines, int(rng.integers(1, 5)))) for _ in range(count)]
+      (folder / f"{split}.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+  return folder
+
+
 @pytest.fixture
 def plugin_registry(scratch_registries):
   """The registries with the plug-in of tests/plugins/ loaded, dropped after the test (other tests see the

@@ -75,6 +75,7 @@ def test_segment_ids_as_cudnn_lengths():
   assert not lengths([[1, 1, 1, 0], [1, 1, 1, 1]], [[1, 1, 0], [0, 0, 0]])[2]  # a query with no key
 
 
+@pytest.mark.integration  # moved out of the fast tier (README command 2 within 5 minutes on 2 cores).
 def test_splash_over_several_blocks():
   """Two query and key blocks of 128 (lengths padded from 200), causal, packed segments, 4 query heads on 2."""
   length = 200

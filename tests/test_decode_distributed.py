@@ -88,8 +88,9 @@ def one_device(model_and_params):
   return Translations()
 
 
-@pytest.mark.parametrize("method", [pytest.param(method, marks=() if method == "beam" else pytest.mark.slow)
-                                    for method in OPTIONS])  # beam search (what `jformer translate` does) by default.
+@pytest.mark.parametrize("method", [pytest.param(method, marks=pytest.mark.integration if method == "beam" else
+                                                 pytest.mark.slow)
+                                    for method in OPTIONS])  # beam search (what `jformer translate` does): integration.
 def test_one_device_translations_are_diverse(one_device, method):
   hypotheses = one_device[method]
   assert hypotheses[5] == ""  # the blank line.
@@ -106,7 +107,8 @@ def test_beams_and_sampling_change_the_translations(one_device):
 # Beam search with batches of 16 rows (2 per device, the last batch padded) in the default run; every method and
 # batch size in the slow run.
 @pytest.mark.parametrize("batch_size, method", [
-    pytest.param(batch_size, method, marks=() if (batch_size, method) == (13, "beam") else pytest.mark.slow)
+    pytest.param(batch_size, method, marks=pytest.mark.integration if (batch_size, method) == (13, "beam")
+                 else pytest.mark.slow)
     for batch_size in (6, 13) for method in OPTIONS])
 def test_eight_devices_translate_like_one(model_and_params, one_device, method, batch_size):
   """Batches of 8 or 16 rows (6 or 13 rounded up to 8 devices), the last one padded, vs batches of 6 rows."""

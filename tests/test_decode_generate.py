@@ -138,6 +138,7 @@ class WordTokenizer:
 PROMPTS = ["5 7 9", "11 3 8", "", "30 2 6 4", "", "11 3 8"]
 
 
+@pytest.mark.integration  # moved out of the fast tier (README command 2 within 5 minutes on 2 cores).
 def test_mixed_prompt_lengths_in_one_call_equal_one_at_a_time():
   model, params = lm_and_params()
   together = generator.Generator(model, params, WordTokenizer(), batch_size=8, max_new_tokens=6, method="greedy")
@@ -150,6 +151,7 @@ def test_mixed_prompt_lengths_in_one_call_equal_one_at_a_time():
     assert out == WordTokenizer().decode(want)
 
 
+@pytest.mark.integration  # moved out of the fast tier (README command 2 within 5 minutes on 2 cores).
 def test_sampling_is_per_prompt_whatever_the_batching():
   """Each prompt alone on one device vs all together on 8 devices: the same samples; repeated prompts differ."""
   model, params = lm_and_params()
@@ -163,6 +165,7 @@ def test_sampling_is_per_prompt_whatever_the_batching():
   assert together != batched(PROMPTS, jax.random.PRNGKey(8))
 
 
+@pytest.mark.integration  # moved out of the fast tier (README command 2 within 5 minutes on 2 cores).
 def test_beam_of_one_is_greedy_and_a_wider_beam_scores_at_least_as_well():
   model, params = lm_and_params()
   x = prompts(3, rows=4)

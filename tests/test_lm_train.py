@@ -1,15 +1,12 @@
 """A language model end to end on a tiny text corpus: train, exact resume, results.json, bits per byte against a
 direct count on the real pipeline, and `jformer evaluate` at another context length."""
 
-import gzip
-import itertools
 import json
 import math
 import subprocess
 import sys
 
 import jax
-import numpy as np
 import pytest
 from helpers import REPO, assert_same_params, direct_nats, final_params
 
@@ -19,21 +16,6 @@ from jformer.ops.tokens import EOS_ID
 from jformer.train.loop import train_and_evaluate
 
 pytestmark = pytest.mark.integration  # a trained run.
-
-
-@pytest.fixture(scope="module")
-def text_corpus(tmp_path_factory):
-  """{train,valid,test}.txt: documents of 1 to 4 lines of the bundled corpus's English side, blank-line separated."""
-  folder = tmp_path_factory.mktemp("text_corpus") / "corpus"
-  folder.mkdir()
-  with gzip.open(REPO / "jformer" / "data" / "corpora" / "gettext_en_de" / "train.src.gz", "rt",
-                 encoding="utf-8") as f:
-    lines = (line.rstrip("\n") for line in f if line.strip())
-    rng = np.random.default_rng(0)
-    for split, count in (("train", 150), ("valid", 8), ("test", 8)):
-      documents = ["\n".join(itertools.islice(lines, int(rng.integers(1, 5)))) for _ in range(count)]
-      (folder / f"{split}.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
-  return folder
 
 
 def lm_config(corpus, **extra):

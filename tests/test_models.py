@@ -233,6 +233,7 @@ def recorded_calls(scratch_registries):
   return calls
 
 
+@pytest.mark.integration  # moved out of the fast tier (README command 2 within 5 minutes on 2 cores).
 def test_packed_self_attention_masks_by_index_so_the_kernels_take_it(recorded_calls):
   """Packed training calls attention without positions (rotary still rotates by them: the packed rows equal the
   examples alone), so `auto` on a TPU picks splash for the causal self-attention; decode steps mask by position."""

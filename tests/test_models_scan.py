@@ -63,7 +63,8 @@ def test_a_looped_checkpoint_is_refused_by_a_scanned_model_naming_the_conversion
   problem = shapes.difference(shapes.expected(scanned_params), nn.meta.unbox(looped_params))
   assert problem == ("checkpoint has per-layer parameters (decoder/layer_0/cross_attention/key/kernel) but "
                      "model.scan_layers=True expects stacked ones (decoder/layers/cross_attention/key/kernel): "
-                     "convert with jformer.models.stack_layer_params, or set model.scan_layers=False")
+                     "convert with jformer.models.stack_layer_params (period=len(model.layer_pattern) with a "
+                     "pattern), or set model.scan_layers=False")
   back = shapes.difference(shapes.expected(looped_params), nn.meta.unbox(scanned_params))
   assert back.startswith("checkpoint has stacked parameters (decoder/layers/") and "unstack_layer_params" in back
   converted = stack_layer_params(jax.tree.map(jnp.zeros_like, nn.meta.unbox(looped_params)))
@@ -103,7 +104,7 @@ def test_restoring_a_looped_checkpoint_into_a_scanned_model_is_refused_in_one_li
     message = refused.value.args[0]
     assert "\n" not in message and message.startswith(f"checkpoint 1 in {tmp_path} does not fit this model: "
                                                       "checkpoint has per-layer parameters (decoder/layer_0/")
-    assert "convert with jformer.models.stack_layer_params, or set model.scan_layers=False" in message
+    assert "convert with jformer.models.stack_layer_params (period=" in message
     converted = ckpt.restore(state, step=1, params=shapes.expected(summary.param_shapes(looped)))
   np.testing.assert_array_equal(stack_layer_params(converted["params"])["encoder"]["layers"]["feed_forward"]["wo"]
                                 ["kernel"][1], params["encoder"]["layer_1"]["feed_forward"]["wo"]["kernel"])

@@ -36,6 +36,7 @@ def checkpointed_params(workdir) -> dict:
     return {step: ckpt.restore_params(step) for step in ckpt.all_steps()}
 
 
+@pytest.mark.integration  # moved out of the fast tier (README command 2 within 5 minutes on 2 cores).
 def test_step_keeps_the_state_when_the_gradients_are_not_finite(repo_root):
   config = config_lib.load(repo_root / "configs" / "small.py", {
       "model.vocab_size": 40, "model.d_model": 32, "model.num_heads": 2, "model.d_ff": 64,

@@ -31,9 +31,10 @@ def reference():
   return metrics, jax.device_get(runner.checkpoint_view(state).params)
 
 
-# By default the mesh runner on all three axes and the pmap runner (8 replicas); data8 (the mesh runner's data axis
-# alone) in the slow run: it still saves the checkpoint restored on other meshes below.
-@pytest.mark.parametrize("layout", [pytest.param("data8", marks=pytest.mark.slow), "data2_fsdp2_tensor2", "pmap8"])
+# By default the mesh runner on all three axes; the pmap runner (8 replicas) in the integration tier; data8 (the mesh
+# runner's data axis alone) in the slow run: it still saves the checkpoint restored on other meshes below.
+@pytest.mark.parametrize("layout", [pytest.param("data8", marks=pytest.mark.slow), "data2_fsdp2_tensor2",
+                                    pytest.param("pmap8", marks=pytest.mark.integration)])
 def test_training_steps_match_one_device(layout, reference):
   runner = make(layout)
   state = runner.init_state(jax.random.PRNGKey(0))

@@ -152,6 +152,7 @@ def register_toys():
     return positional_ops.alibi_bias(params["slopes"], q_positions, kv_positions, causal=causal)
 
 
+@pytest.mark.integration  # moved out of the fast tier (README command 2 within 5 minutes on 2 cores).
 @pytest.mark.parametrize("toy, twin, where", [
     ("scaled_sinusoidal", "sinusoidal", ("encoder", "positions", "scale")),
     ("learned_base_rotary", "rotary", ("decoder", "layer_1", "self_attention", "log_base")),

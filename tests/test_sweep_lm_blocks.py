@@ -29,9 +29,9 @@ def test_rows_are_paper_pre_ln_modern_and_modern_less_each_option(repo_root, mod
   assert rows == [name for name in names for _ in module.SEEDS]
   assert [(p.overrides["train.seed"], p.overrides["data.seed"]) for p in loaded.points] == [(0, 0), (1, 1)] * 9
   pre_ln = module.PRE_LN
-  assert loaded.points[2].overrides == {"train.seed": 0, "data.seed": 0}  # pre-LN: the FIXED block, lm_demo's.
-  demo = config_lib.load(repo_root / loaded.base)
-  assert {key: functools.reduce(getattr, key.split("."), demo) for key in pre_ln} == pre_ln
+  assert loaded.points[2].overrides == {"train.seed": 0, "data.seed": 0}  # pre-LN: the FIXED block.
+  demo = config_lib.load(repo_root / loaded.base)  # the demo took the block that won: the modern one.
+  assert {key: functools.reduce(getattr, key.split("."), demo) for key in pre_ln} == {**pre_ln, **module.MODERN}
   modern = module.ROWS["modern"]
   for option, keys in module.REMOVALS.items():  # each removal puts exactly its keys back to the pre-LN block.
     removed = {**pre_ln, **module.ROWS[f"modern -{option}"]}

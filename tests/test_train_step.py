@@ -84,6 +84,7 @@ def test_packed_rows_give_the_same_per_example_loss(repo_root):
 ONE_LAYER = {"model.num_encoder_layers": 1, "model.num_decoder_layers": 1}  # what the step does, at half the compile.
 
 
+@pytest.mark.integration  # moved out of the fast tier (README command 2 within 5 minutes on 2 cores).
 def test_gradient_accumulation_equals_full_batch(repo_root):
   config = tiny_config(repo_root, **{"model.dropout_rate": 0.0, **ONE_LAYER})
   model = tasks.build_model(config)

@@ -17,6 +17,7 @@ from jformer.train.loop import train_and_evaluate
 DEMO = pathlib.Path(__file__).resolve().parents[1] / "configs" / "small.py"
 
 
+@pytest.mark.integration  # moved out of the fast tier (README command 2 within 5 minutes on 2 cores).
 @pytest.mark.parametrize("option, kv_heads, variant", [("relative", 2, "dot_product"), ("alibi", 1, "chunked")])
 def test_sown_weights_sum_to_one_over_visible_keys(option, kv_heads, variant):
   """Whatever variant computes the output, the recorded weights are softmax over exactly the visible keys."""
@@ -98,6 +99,7 @@ def sown_maps(variant, **overrides):
   return np.asarray(state["intermediates"]["encoder"]["layer_0"]["self_attention"]["attention_weights"][0][0])
 
 
+@pytest.mark.integration  # moved out of the fast tier (README command 2 within 5 minutes on 2 cores).
 def test_local_maps_show_the_window_and_linear_maps_its_kernel_weights():
   """The maps are what each variant applies: `local` gives zero weight outside |i - j| < window; `linear`
   gives phi(q).phi(k) / sum, which is never softmax's (its ratios are not exponentials of score gaps)."""

@@ -5,8 +5,8 @@ sinusoidal does not).
     python -m launch --sweep=configs/sweeps/lm_variants.py          # here, one point after another
     python -m launch.report --sweep=configs/sweeps/lm_variants.py   # runs/lm_variants/report.md, extrapolation.png
 
-Nine points on configs/lm_demo.py (decoder-only, d_model 256, 4 layers, rows of 256 tokens packed from whole
-chapters of the bundled English corpus, model.max_length 1024): the six positional encodings with the demo's
+Nine points on configs/lm_demo.py with the pre-LayerNorm block it had then (FIXED; decoder-only, d_model 256, 4
+layers, rows of 256 tokens packed from whole chapters of the bundled English corpus, model.max_length 1024): the six positional encodings with the demo's
 attention (`model.positional` = sinusoidal, learned, rotary, alibi, relative, none), then the long-context
 attention variants with sinusoidal positions: `chunked` (exact softmax attention in chunks of 64 queries x 64
 keys, so the memory saving shows at 256), `local` (a sliding window of 128 tokens, half the training context,
@@ -38,6 +38,9 @@ FIXED = {
     "train.log_every": 50,
     "model.positional": "sinusoidal",  # The long-context points' positions (and the table's value for them).
     "model.attention": "auto",  # The positional points' attention, the demo's (and the table's value for them).
+    # The pre-LayerNorm block this sweep was recorded with (the LM demo's block until the block ablation).
+    "model.normalization": "layernorm", "model.activation": "relu", "model.d_ff": 1024, "model.qk_norm": False,
+    "model.z_loss": 0.0, "model.use_bias": True,
 }
 SLURM = {"nodes": 1, "gpus_per_node": 1, "time": "01:00:00"}
 

@@ -197,7 +197,20 @@ def decode_section(path: str, data: dict) -> str:
                [[r["dtype"], r["method"], timing(r["decode_ms"], 1), count(r["output_tokens"]),
                  count(r["tokens_per_s"]), fixed(r["ms_per_step"], 2), disturbed(r["decode_ms"])]
                 for r in data["rows"]], "llrrrrr")
-  return paragraphs(provenance(path, data), shape, body)
+  states = data.get("state_rows")
+  if not states:
+    return paragraphs(provenance(path, data), shape, body)
+  state_body = table(["variant", "generated length", "cache MiB (batch 8)", "ms per step median (min-max)",
+                      "disturbed reps"],
+                     [[r["variant"] + "".join(f", {k} {v}" for k, v in r["options"].items()), count(r["length"]),
+                       fixed(r["cache_mib"], 2), timing(r["step_ms"], 2), disturbed(r["step_ms"])]
+                      for r in states], "lrrrr")
+  return paragraphs(provenance(path, data), shape, body, DECODE_STATE_TEXT, state_body)
+
+
+DECODE_STATE_TEXT = """What each variant keeps between decode steps (`jformer.attention.decode_state`), against the generated length:
+the LM demo's model (decoder-only, d_model 256, 4 layers, rotary positions, random weights), batch 8; its whole
+decode cache after that many positions, and one decode step there."""
 
 
 DECODE_INTRO = """\
@@ -522,7 +535,7 @@ PAGES = (
     Page("demo.md", "The demo run", "demo", "README command 1 on the bundled corpus: planned steps, losses, test "
          "BLEU", DEMO_INTRO, demo_section, timed=False),
     Page("sweeps.md", "Research sweeps", "sweep", "the similarity function (paper Sec. 3.2.1); length "
-         "extrapolation of the positional encodings", SWEEP_INTRO, sweep_section, timed=False),
+         "extrapolation of the positional encodings; the block ablation", SWEEP_INTRO, sweep_section, timed=False),
     Page("gpu_tests.md", "The tests on a GPU", "test_run", "a subset of the test suite on an NVIDIA H200: "
          "passed, failed and skipped per file", TEST_RUN_INTRO, test_run_section, timed=False),
     Page("accelerator.md", "Accelerator (GPU/TPU) check", "accelerator", "attention kernels against the "

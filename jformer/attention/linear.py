@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jformer.attention.decode_state import recurrent
 from jformer.attention.registry import register
 from jformer.ops import masks
 
@@ -25,8 +26,29 @@ def linear_weights(query, key, *, chunk_size=None, bias=None, **masking):
   return kernel_BxHxTxS / jnp.where(normaliser > 0, normaliser, 1.0)
 
 
+def decode_init(batch: int, heads: int, head_dim: int, value_dim: int) -> dict:
+  """The decode state before any token: the sums over j of phi(k_j) v_j^T `[B, H, D, Dv]` and phi(k_j) `[B, H, D]`."""
+  return {"kv": jnp.zeros((batch, heads, head_dim, value_dim), jnp.float32),
+          "k": jnp.zeros((batch, heads, head_dim), jnp.float32)}
+
+
+def decode_step(state: dict, query, key, value, *, chunk_size=None) -> tuple[jax.Array, dict]:
+  """T new tokens after the state's (eq. 8-9): out_i = phi(q_i) (S + sum_{j<=i} phi(k_j) v_j^T) / phi(q_i) (z +
+  sum_{j<=i} phi(k_j)) over the new j (causal among them), S and z the state's sums; returns (out `[B, T, H, Dv]`,
+  the state with the new tokens added). O(T^2 + T D Dv) per call, whatever came before."""
+  del chunk_size  # the state replaces the chunks.
+  phi_q, phi_k, value_f32 = _phi(query), _phi(key), value.astype(jnp.float32)
+  causal = jnp.tril(jnp.ones((query.shape[1], key.shape[1]), bool))[None]
+  num, den = _masked(phi_q, phi_k, value_f32, causal)
+  num = num + jnp.einsum("bthd,bhde->bthe", phi_q, state["kv"])
+  den = den + jnp.einsum("bthd,bhd->bth", phi_q, state["k"])
+  out = (num / jnp.where(den > 0, den, 1.0)[..., None]).astype(query.dtype)
+  return out, {"kv": state["kv"] + jnp.einsum("bshd,bshe->bhde", phi_k, value_f32),
+               "k": state["k"] + phi_k.sum(1)}
+
+
 @register("linear", supports={"causal", "segment_ids", "positions", "decode"}, weights=linear_weights,
-          example_options=dict(chunk_size=4))
+          example_options=dict(chunk_size=4), decode_state=recurrent(decode_init, decode_step))
 def linear(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
            kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, chunk_size=128):
   """Linear attention: out_i = sum_j phi(q_i).phi(k_j) v_j / sum_j phi(q_i).phi(k_j) over visible j; not softmax.

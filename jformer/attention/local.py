@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from jformer.attention import decode_state
 from jformer.attention.registry import register, softmax_weights
 from jformer.ops import masks
 from jformer.ops.attention import dot_product_attention
@@ -24,7 +25,7 @@ def local_weights(query, key, *, window_size: int = WINDOW_SIZE, causal=False, q
 
 
 @register("local", supports={"causal", "segment_ids", "positions", "decode", "gqa"}, weights=local_weights,
-          example_options=dict(window_size=3))
+          example_options=dict(window_size=3), decode_state=decode_state.window("window_size"))
 def local(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
           kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, window_size: int = WINDOW_SIZE):
   """Sliding-window attention: each query sees the keys less than `window_size` positions away (causal: before).

@@ -11,6 +11,7 @@ from typing import Any, Callable, Mapping
 import jax
 import jax.numpy as jnp
 
+from jformer.attention.decode_state import FULL, DecodeState
 from jformer.ops.attention import dot_product_weights, repeat_kv
 from jformer.ops.masks import attention_mask
 from jformer.registry import Param, Registry, caller, check_options, first_line, option_type
@@ -87,6 +88,8 @@ class AttentionVariant:
       call is then refused naming the reason, and `auto` falls back to the next kernel.
     auto_priority: for a library kernel, its rank among its backend's kernels when `auto` chooses (highest first);
       None for a variant `auto` never picks.
+    decode_state: what it keeps between decode steps (`jformer.attention.decode_state`): every key and value
+      (FULL), those of a window, or a recurrent state of its own.
   """
   name: str
   fn: Callable
@@ -101,6 +104,7 @@ class AttentionVariant:
   platforms: frozenset | None = None
   limits: Callable | None = None
   auto_priority: int | None = None
+  decode_state: DecodeState = FULL
 
   @property
   def required_options(self) -> tuple[str, ...]:
@@ -165,7 +169,8 @@ def _details(variant: AttentionVariant) -> str:
 def _declare(name: str, fn: Callable, *, supports, params: Mapping[str, Param] | None = None,
              weights: Callable | None = None, reference: Callable | None = None,
              example_options: Mapping[str, Any] | None = None, doc: str = "", platforms=None,
-             limits: Callable | None = None, auto_priority: int | None = None) -> AttentionVariant:
+             limits: Callable | None = None, auto_priority: int | None = None,
+             decode_state: DecodeState = FULL) -> AttentionVariant:
   """The entry of a variant registered with `register` (checks its declaration against its function)."""
   unknown = set(supports) - set(FEATURES)
   if unknown:
@@ -188,6 +193,7 @@ def _declare(name: str, fn: Callable, *, supports, params: Mapping[str, Param] |
   options = {p.name: p.default for p in option_parameters}
   types = {p.name: option_type(p) for p in option_parameters}
   declared = frozenset(supports)
+  decode_state.check(name, declared, options)
   guard = functools.partial(_guarded, name, declared, params, options, types, limits, "mesh" in parameters)
   examples = dict(example_options or {})
   try:
@@ -204,7 +210,8 @@ def _declare(name: str, fn: Callable, *, supports, params: Mapping[str, Param] |
       weights=None if weights is None else guard(_without_dropout(weights), repeat=False, limited=False),
       reference=guard(reference or _weighted_values(weights), repeat=False, limited=False),
       example_options=examples, doc=doc or first_line(fn.__doc__),
-      platforms=None if platforms is None else frozenset(platforms), limits=limits, auto_priority=auto_priority)
+      platforms=None if platforms is None else frozenset(platforms), limits=limits, auto_priority=auto_priority,
+      decode_state=decode_state)
 
 
 REGISTRY: Registry[AttentionVariant] = Registry("attention variant", declare=_declare, details=_details)
@@ -212,7 +219,8 @@ REGISTRY: Registry[AttentionVariant] = Registry("attention variant", declare=_de
 
 def register(name: str, *, supports, params: Mapping[str, Param] | None = None, weights: Callable | None = None,
              reference: Callable | None = None, example_options: Mapping[str, Any] | None = None, doc: str = "",
-             platforms=None, limits: Callable | None = None, auto_priority: int | None = None):
+             platforms=None, limits: Callable | None = None, auto_priority: int | None = None,
+             decode_state: DecodeState = FULL):
   """Decorator: `@register("my_variant", supports={"causal", "segment_ids"}, weights=...)` above the function.
 
   The function takes the full signature, by name or as `**masking` (and `params` when it declares parameters,
@@ -235,10 +243,12 @@ def register(name: str, *, supports, params: Mapping[str, Param] | None = None, 
       backend, a form of a declared feature it cannot take), checked before every call (`AttentionVariant`).
     auto_priority: a library kernel that `auto` may pick on its `platforms`: the highest priority that can
       express a call runs it (`jformer.attention.auto`). None: `auto` never picks it.
+    decode_state: what it keeps between decode steps (`jformer.attention.decode_state`): FULL (default), or
+      `window("window_size")`, or `recurrent(init, step)`.
   """
   return REGISTRY.register(name, origin=caller(), supports=supports, params=params, weights=weights,
                            reference=reference, example_options=example_options, doc=doc, platforms=platforms,
-                           limits=limits, auto_priority=auto_priority)
+                           limits=limits, auto_priority=auto_priority, decode_state=decode_state)
 
 
 def get(name: str) -> AttentionVariant:

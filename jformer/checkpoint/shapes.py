@@ -33,7 +33,8 @@ def expected(boxed_params) -> dict[str, tuple[tuple[int, ...], tuple]]:
   return specs
 
 
-LOOPED, SCANNED = re.compile(r"(^|/)layer_\d+/"), re.compile(r"(^|/)layers/")
+# A looped layer's path has `layer_N/` and no `layers/` (a scanned pattern's paths are `layers/layer_j/...`).
+LOOPED, SCANNED = re.compile(r"^(?!(.*/)?layers/).*(^|/)layer_\d+/"), re.compile(r"(^|/)layers/")
 
 
 def _layout_difference(wanted: Mapping[str, Any], found: Mapping[str, Any]) -> str | None:
@@ -43,7 +44,8 @@ def _layout_difference(wanted: Mapping[str, Any], found: Mapping[str, Any]) -> s
   looped, scanned = first(found, LOOPED), first(wanted, SCANNED)
   if looped and scanned and not first(found, SCANNED):
     return (f"checkpoint has per-layer parameters ({looped}) but model.scan_layers=True expects stacked ones "
-            f"({scanned}): convert with jformer.models.stack_layer_params, or set model.scan_layers=False")
+            f"({scanned}): convert with jformer.models.stack_layer_params (period=len(model.layer_pattern) with a pattern), or set "
+            "model.scan_layers=False")
   scanned, looped = first(found, SCANNED), first(wanted, LOOPED)
   if looped and scanned and not first(found, LOOPED):
     return (f"checkpoint has stacked parameters ({scanned}) but model.scan_layers=False expects per-layer ones "

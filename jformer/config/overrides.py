@@ -14,21 +14,30 @@ from jformer.config.schema import groups
 
 def set_value(config: ml_collections.ConfigDict, dotted_key: str, value: Any) -> None:
   """Sets `config.<dotted_key>` to `value` (converted to the field's type); unknown keys raise KeyError. Keys
-  inside an option group (`schema.groups()`) are free: the chosen plug-in checks them."""
+  inside an option group (`schema.groups()`) are free, nested ones too (`model.layer_kinds.local.attention`):
+  what reads the group checks them."""
   *parents, leaf = dotted_key.split(".")
   node = config
   for depth, part in enumerate(parents):
+    if part not in node and _inside_group(parents[:depth]):
+      with node.unlocked():
+        node[part] = ml_collections.ConfigDict()
     if part not in node or not isinstance(node[part], ml_collections.ConfigDict):
       raise KeyError(unknown_key_message(config, ".".join(parents[:depth + 1])))
     node = node[part]
   if leaf not in node:
-    if ".".join(parents) not in groups():
+    if not _inside_group(parents):
       raise KeyError(unknown_key_message(config, dotted_key))
     with node.unlocked():
       node[leaf] = ast.literal_eval(value) if isinstance(value, str) and _is_literal(value) else value
     return
   with node.unlocked():
     node[leaf] = _convert(value, node[leaf], dotted_key)
+
+
+def _inside_group(parts: list[str]) -> bool:
+  """Whether the dotted key `parts` is an option group or lies inside one."""
+  return any(".".join(parts[:depth]) in groups() for depth in range(1, len(parts) + 1))
 
 
 def flatten(config: Mapping | ml_collections.ConfigDict, prefix: str = "") -> dict[str, Any]:

@@ -42,6 +42,29 @@ def _hashable(value):
   return tuple(map(_hashable, value)) if isinstance(value, (list, tuple)) else value
 
 
+def _options(options) -> tuple:
+  """An option group (a dict, ConfigDict or its (option, value) pairs) as sorted, hashable (option, value) pairs."""
+  return tuple(sorted((k, _hashable(v)) for k, v in dict(options or {}).items()))
+
+
+# What a layer kind (`model.layer_kinds`) may set: its attention and positional encoding, with their options.
+KIND_KEYS = ("attention", "attention_options", "positional", "positional_options")
+
+
+def _layer_kinds(kinds) -> tuple:
+  """`model.layer_kinds` as sorted, hashable (kind, ((key, value), ...)) pairs, option groups as `_options`;
+  raises ValueError naming a key a kind may not set."""
+  normalized = []
+  for kind, values in sorted(dict(kinds or {}).items()):
+    values = dict(values or {})
+    unknown = sorted(set(values) - set(KIND_KEYS))
+    if unknown:
+      raise ValueError(f"model.layer_kinds.{kind} sets {unknown}; a layer kind sets only {list(KIND_KEYS)}")
+    normalized.append((kind, tuple(sorted((key, _options(value) if key.endswith("_options") else value)
+                                          for key, value in values.items()))))
+  return tuple(normalized)
+
+
 def resolve_dtype(dtype) -> Any:
   """`model.dtype` as a jnp dtype: 'float32', 'bfloat16', or 'auto' (`runtime.auto_dtype` of JAX's backend)."""
   if not isinstance(dtype, str):
@@ -82,6 +105,16 @@ class TransformerConfig:
                           choices=Registered("positional encoding"), identity=True)
   positional_options: tuple = field((), "Keyword options of that encoding (e.g. num_buckets).", group=True,
                                     identity=True)
+  layer_kinds: tuple = field((), "Named kinds of layer for `layer_pattern`: {kind: {'attention': ..., "
+                             "'attention_options': {...}, 'positional': ..., 'positional_options': {...}}}, each "
+                             "key optional (unset: the model's value), e.g. {'local': {'attention': 'local', "
+                             "'attention_options': {'window_size': 128}}, 'global': {'attention': 'dot_product'}}; "
+                             "a kind's positional acts inside attention (rotary, a bias, none).", group=True,
+                             identity=True)
+  layer_pattern: tuple = field((), "Each stack's layers by kind (`layer_kinds`), the pattern repeated over the "
+                               "depth: layer i is kind pattern[i % len(pattern)], e.g. ('local',) * 5 + "
+                               "('global',); () = every layer the model's attention and positional.",
+                               identity=True)
   max_length: int = field(512, "Longest sequence the position tables cover.", at_least=1, identity=True)
   norm: str = field("post", "'post': Norm(x + Sublayer(x)) as the paper; 'pre': x + Sublayer(Norm(x)).",
                     choices=NORMS, identity=True)
@@ -107,9 +140,9 @@ class TransformerConfig:
                          "True; the key projection never has one).", identity=True)
   remat: str = field("auto", "Recompute layer activations in the backward pass: auto (>= 1024 tokens), none, full, "
                      "or a jax.checkpoint policy per layer: dots_saveable (keep matmul outputs), nothing_saveable, "
-                     "offload_dots (the weight matmuls' outputs marked for pinned host memory; jformer/models/remat.py); "
-                     "on CPU these save memory with scan_layers only (XLA:CPU merges a looped layer's "
-                     "recomputation).",
+                     "offload_dots (the weight matmuls' outputs marked for pinned host memory; "
+                     "jformer/models/remat.py); on CPU these save memory with scan_layers only (XLA:CPU merges a "
+                     "looped layer's recomputation).",
                      choices=REMAT)
   scan_layers: bool = field(False, "Run each stack's identical layers with nn.scan over parameters stacked on a "
                             "leading [num_layers] axis (`layers/...` instead of `layer_0/...`): compile time no "
@@ -177,8 +210,32 @@ class TransformerConfig:
     if unknown:
       raise ValueError(f"unknown model field(s) {unknown}; known: {sorted(known)}")
     for options in ("attention_options", "positional_options"):
-      values[options] = tuple(sorted((k, _hashable(v)) for k, v in dict(values.get(options) or {}).items()))
+      values[options] = _options(values.get(options))
+    values["layer_kinds"] = _layer_kinds(values.get("layer_kinds"))
+    values["layer_pattern"] = tuple(values.get("layer_pattern") or ())
     return _checked_config(cls, tuple(sorted(values.items())), registry.generation())
+
+  @functools.cached_property
+  def kind_configs(self) -> dict[str, TransformerConfig]:
+    """{kind: the config of a layer of that kind}: this one with the kind's attention and positional values (and
+    no pattern of its own)."""
+    return {kind: dataclasses.replace(self, layer_kinds=(), layer_pattern=(), **dict(values))
+            for kind, values in self.layer_kinds}
+
+  def layer_config(self, index: int) -> TransformerConfig:
+    """The config of layer `index` of a stack (each stack counts from 0): its kind's, or this one without a
+    pattern."""
+    if not self.layer_pattern:
+      return self
+    return self.kind_configs[self.layer_pattern[index % len(self.layer_pattern)]]
+
+  def layer_configs(self) -> list[TransformerConfig]:
+    """The distinct configs of the layers (one per kind of the pattern, in order; [self] without a pattern)."""
+    return [self.kind_configs[kind] for kind in dict.fromkeys(self.layer_pattern)] or [self]
+
+  def any_layer_acts(self, acts: str) -> bool:
+    """Whether the positional encoding of some layer acts so ('bias', 'rotary', ...)."""
+    return any(layer.positional_encoding.acts == acts for layer in self.layer_configs())
 
   def needs(self, *, decoding: bool = False) -> dict[str, str]:
     """The attention features this model asks its variant for, each with the reason: what training asks (padding
@@ -206,6 +263,10 @@ class TransformerConfig:
     skipped)."""
     if decoding and self.scan_layers:
       return SCAN_DECODE_REFUSAL
+    for kind in dict.fromkeys(self.layer_pattern):  # each kind's self-attention (the model's serves cross-attention).
+      reason = self.kind_configs[kind].attention_refusal(decoding=decoding)
+      if reason:
+        return f"layer kind '{kind}' (model.layer_kinds.{kind}): {reason}"
     variant = self.attention_variant
     missing = {feature: why for feature, why in self.needs(decoding=decoding).items()
                if feature not in variant.supports}
@@ -214,6 +275,38 @@ class TransformerConfig:
     reasons = "; ".join(f"'{feature}' for {why}" for feature, why in sorted(missing.items()))
     return (f"attention variant '{self.attention}' does not support {reasons} (it supports "
             f"{sorted(variant.supports)}); pick another variant (`jformer attention list`)")
+
+  def _pattern_problems(self) -> list[str]:
+    """What is wrong with `layer_kinds` and `layer_pattern` together, each a sentence naming the fix."""
+    kinds, pattern = dict(self.layer_kinds), self.layer_pattern
+    if kinds and not pattern:
+      return [f"model.layer_kinds defines {sorted(kinds)} but model.layer_pattern is empty: name the kinds in "
+              "order, e.g. model.layer_pattern=('local', 'global')"]
+    unknown = sorted(set(pattern) - set(kinds))
+    if unknown:
+      return [f"model.layer_pattern names {unknown}, which model.layer_kinds does not define (it defines "
+              f"{sorted(kinds)})"]
+    problems = []
+    for kind, values in kinds.items():
+      name = dict(values).get("positional")
+      if name is None:
+        continue
+      try:
+        acts = positional.get(name).acts
+      except KeyError as e:
+        problems.append(f"model.layer_kinds.{kind}: {e.args[0]}")
+        continue
+      if acts == "embedding":
+        problems.append(f"model.layer_kinds.{kind}.positional='{name}' adds to the embeddings, once per stack, "
+                        "not per layer: set it as model.positional, or give the kind one that acts inside "
+                        "attention (rotary, a bias, none)")
+    if self.scan_layers and pattern:
+      for stack in ("num_encoder_layers", "num_decoder_layers"):
+        if getattr(self, stack) % len(pattern):
+          problems.append(f"scan_layers=True scans whole repeats of model.layer_pattern ({len(pattern)} layers), "
+                          f"but {stack}={getattr(self, stack)} is not a multiple of {len(pattern)}; change the "
+                          "depth or the pattern, or set model.scan_layers=False")
+    return problems
 
   def check_attention(self, *, decoding: bool = False) -> None:
     """Raises ValueError with `attention_refusal`'s reason when the variant cannot serve this use."""
@@ -245,11 +338,23 @@ class TransformerConfig:
         resolve()
       except KeyError as e:  # an unknown name: the known ones listed.
         problems.append(e.args[0])
-    if self.scan_layers and self.positional_encoding.acts == "bias":
-      problems.append(f"scan_layers=True cannot scan layers that share model.positional='{self.positional}' (its "
-                      "bias module is shared across layers); set model.scan_layers=False or another positional")
+    problems += self._pattern_problems()
+    if not problems and self.scan_layers:
+      shared = [f"model.positional='{self.positional}'"] if self.positional_encoding.acts == "bias" else []
+      shared += [f"model.layer_kinds.{kind}.positional='{layer.positional}'"
+                 for kind, layer in self.kind_configs.items()
+                 if layer.positional_encoding.acts == "bias" and layer.positional != self.positional]
+      if shared:
+        problems.append(f"scan_layers=True cannot scan layers that share {' or '.join(shared)} (its bias module is "
+                        "shared across layers); set model.scan_layers=False or another positional")
     if problems:
       raise ValueError("invalid model config: " + "; ".join(problems))
+    for kind, layer in self.kind_configs.items():
+      try:
+        layer.validate()
+      except ValueError as e:
+        raise ValueError(f"invalid model config: layer kind '{kind}' (model.layer_kinds.{kind}): "
+                         f"{str(e).removeprefix('invalid model config: ')}") from None
     try:
       self.positional_encoding.check(self.dims, dict(self.positional_options))
       self.attention_variant.check(options=dict(self.attention_options), dims=self.dims)

@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 
 from jformer import axes
+from jformer.attention import decode_state as decode_state_lib
+from jformer.attention import repeat_kv
 from jformer.models import plugin_params
 from jformer.models.config import TransformerConfig
 from jformer.ops import dropout as dropout_op
@@ -166,9 +168,11 @@ class MultiHeadAttention(nn.Module):
 
   The attention itself is the registry function named by `config.attention`. Self-attention when `inputs_kv` is None:
   its Q, K and V projections run as one matmul (`project`; K and V as one with grouped-query attention, and in
-  encoder-decoder attention). With `decode=True`, self-attention appends its keys/values to a cache of the length the
-  module was initialised with, and queries attend to the filled part; encoder-decoder attention projects the encoder
-  output once, when the cache is created, and reads it from the cache.
+  encoder-decoder attention). With `decode=True`, self-attention keeps what its variant declares
+  (`jformer.attention.decode_state`): by default it appends its keys/values to a cache of the length the module was
+  initialised with, and queries attend to the filled part; a window variant keeps the last W keys/values only, a
+  recurrent one its own fixed-size state; encoder-decoder attention projects the encoder output once, when the
+  cache is created, and reads it from the cache.
 
   Grouped-query attention (Ainslie et al. 2023): keys and values are projected to G = `config.kv_heads`
   heads (G = 1: multi-query, Shazeer 2019), query head h using key/value head h // (H / G); the cache holds
@@ -239,27 +243,35 @@ class MultiHeadAttention(nn.Module):
     if self.rotary:
       rotate = functools.partial(cfg.positional_encoding.fn, **positional_arguments(self, cfg))
       query_BxTxHxK, key_BxSxGxK = rotate(query_BxTxHxK, q_positions), rotate(key_BxSxGxK, kv_positions)
-    if decode and inputs_kv_BxSxD is None:
-      key_BxSxGxK, value_BxSxGxK, kv_positions = self._update_cache(key_BxSxGxK, value_BxSxGxK, q_positions)
-
-    bias = None if self.position_bias is None else self.position_bias(q_positions, kv_positions)
-    if inputs_kv_BxSxD is None and not decode and q_segment_ids is not None:
-      q_positions = kv_positions = None  # implied by index and segments (class doc): the kernels take the call.
-    masking = dict(causal=self.causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
-                   q_positions=q_positions, kv_positions=kv_positions, bias=bias)
-    if cfg.attention_logit_softcap > 0:
-      masking["logits_softcap"] = cfg.attention_logit_softcap
     variant, options = cfg.attention_variant, dict(cfg.attention_options)
-    if variant.params:
-      masking["params"] = plugin_params.DeclaredParams(variant.params, cfg.attention_param_dims, name=variant.name)()
-    dropout_rng = None
-    if not deterministic and cfg.attention_dropout_rate > 0:
-      dropout_rng = self.make_rng("dropout")
-    out_BxTxHxK = variant.fn(query_BxTxHxK, key_BxSxGxK, value_BxSxGxK, **masking, **options,
-                             dropout_rate=0.0 if deterministic else cfg.attention_dropout_rate,
-                             dropout_rng=dropout_rng, mesh=self.mesh)
-    if self.is_mutable_collection("intermediates") and not self.is_initializing() and variant.weights:
-      self.sow("intermediates", "attention_weights", variant.weights(query_BxTxHxK, key_BxSxGxK, **masking, **options))
+    state = variant.decode_state if decode and inputs_kv_BxSxD is None else None
+    if state is not None and state.kind == "recurrent":  # the variant's own state replaces keys and values.
+      out_BxTxHxK = self._recurrent_step(state, query_BxTxHxK, key_BxSxGxK, value_BxSxGxK, options)
+    else:
+      if state is not None and state.kind == "window":
+        key_BxSxGxK, value_BxSxGxK, kv_positions = self._update_window(
+            key_BxSxGxK, value_BxSxGxK, q_positions, state.window_size(options, variant.options))
+      elif state is not None:
+        key_BxSxGxK, value_BxSxGxK, kv_positions = self._update_cache(key_BxSxGxK, value_BxSxGxK, q_positions)
+      bias = None if self.position_bias is None else self.position_bias(q_positions, kv_positions)
+      if inputs_kv_BxSxD is None and not decode and q_segment_ids is not None:
+        q_positions = kv_positions = None  # implied by index and segments (class doc): the kernels take the call.
+      masking = dict(causal=self.causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
+                     q_positions=q_positions, kv_positions=kv_positions, bias=bias)
+      if cfg.attention_logit_softcap > 0:
+        masking["logits_softcap"] = cfg.attention_logit_softcap
+      if variant.params:
+        masking["params"] = plugin_params.DeclaredParams(variant.params, cfg.attention_param_dims,
+                                                         name=variant.name)()
+      dropout_rng = None
+      if not deterministic and cfg.attention_dropout_rate > 0:
+        dropout_rng = self.make_rng("dropout")
+      out_BxTxHxK = variant.fn(query_BxTxHxK, key_BxSxGxK, value_BxSxGxK, **masking, **options,
+                               dropout_rate=0.0 if deterministic else cfg.attention_dropout_rate,
+                               dropout_rng=dropout_rng, mesh=self.mesh)
+      if self.is_mutable_collection("intermediates") and not self.is_initializing() and variant.weights:
+        self.sow("intermediates", "attention_weights",
+                 variant.weights(query_BxTxHxK, key_BxSxGxK, **masking, **options))
     return Dense((cfg.num_heads, cfg.head_dim), (cfg.d_model,), (axes.HEADS, axes.HEAD_DIM, axes.EMBED),
                  cfg.compute_dtype, cfg.use_bias, name="out")(out_BxTxHxK)
 
@@ -277,6 +289,37 @@ class MultiHeadAttention(nn.Module):
       self.variable("cache", CROSS_VALUE, heads_major, value_BxSxGxK)
       return key_BxSxGxK, value_BxSxGxK
     return heads_major(self.get_variable("cache", CROSS_KEY)), heads_major(self.get_variable("cache", CROSS_VALUE))
+
+  def _update_window(self, key_BxTxGxK, value_BxTxGxK, positions_BxT, window: int):
+    """A window decode state (`jformer.attention.decode_state.window`): returns the W cached and the T new keys,
+    values `[B, W + T, G, K]` and their positions (slots never written: `EMPTY_POSITION`, after every query, so
+    causal masking hides them), and keeps the last W of them, heads-major `[B, G, W, K]`: memory O(W)."""
+    batch, _, kv_heads, head_dim = key_BxTxGxK.shape
+    initialized = self.has_variable("cache", "cached_key")
+    cached_key = self.variable("cache", "cached_key", jnp.zeros, (batch, kv_heads, window, head_dim),
+                               key_BxTxGxK.dtype)
+    cached_value = self.variable("cache", "cached_value", jnp.zeros, (batch, kv_heads, window,
+                                                                       value_BxTxGxK.shape[-1]), value_BxTxGxK.dtype)
+    cached_positions = self.variable("cache", "cached_positions", jnp.full, (batch, window),
+                                     decode_state_lib.EMPTY_POSITION, jnp.int32)
+    keys, kept_keys = decode_state_lib.with_new_keys(cached_key.value, key_BxTxGxK)
+    values, kept_values = decode_state_lib.with_new_keys(cached_value.value, value_BxTxGxK)
+    positions = jnp.concatenate([cached_positions.value, positions_BxT.astype(jnp.int32)], axis=1)
+    if initialized:  # the call that creates the state (`init`) only shapes it.
+      cached_key.value, cached_value.value, cached_positions.value = kept_keys, kept_values, positions[:, -window:]
+    return heads_major(keys), heads_major(values), positions
+
+  def _recurrent_step(self, state, query_BxTxHxK, key_BxTxGxK, value_BxTxGxK, options):
+    """A recurrent decode state (`jformer.attention.decode_state.recurrent`): the variant's `step` on the T new
+    tokens (key/value heads repeated to H) after its kept state, which it updates: memory O(1) in the length."""
+    batch, _, heads, head_dim = query_BxTxHxK.shape
+    initialized = self.has_variable("cache", "state")
+    kept = self.variable("cache", "state", state.init, batch, heads, head_dim, value_BxTxGxK.shape[-1])
+    key_BxTxHxK, value_BxTxHxK = (repeat_kv(x, heads) for x in (key_BxTxGxK, value_BxTxGxK))
+    out_BxTxHxK, updated = state.step(kept.value, query_BxTxHxK, key_BxTxHxK, value_BxTxHxK, **options)
+    if initialized:  # the call that creates the state (`init`) only shapes it.
+      kept.value = updated
+    return out_BxTxHxK
 
   def _update_cache(self, key_BxTxGxK, value_BxTxGxK, positions_BxT):
     """Writes this step's keys/values into the cache; returns the whole cache `[B, S, G, K]` and its slot

@@ -39,12 +39,15 @@ def segments_or_padding(tokens_BxL: jax.Array, segmentation_BxL: jax.Array | Non
 class TransformerLayer(nn.Module):
   """Self-attention, encoder-decoder attention (only when `encoded` is given), feed-forward; each sublayer
   wrapped in residual + dropout + norm (paper Fig. 1: LayerNorm; `model.normalization`). `causal` masks future
-  positions (decoder). `position_bias` (the stack's shared `AttentionBias`, or None) biases self-attention only;
-  `mesh`: the `jformer.axes.Placement` the attention kernels run per device on (None: one device)."""
+  positions (decoder). `kind_config` (the config of its `model.layer_pattern` kind, `TransformerConfig.layer_config`;
+  None: the model's) picks the self-attention's variant and positional encoding; cross-attention keeps the model's.
+  `position_bias` (the stack's shared `AttentionBias` of this layer's encoding, or None) biases self-attention
+  only; `mesh`: the `jformer.axes.Placement` the attention kernels run per device on (None: one device)."""
   config: TransformerConfig
   causal: bool
   position_bias: nn.Module | None = None
   mesh: axes.Placement | None = None
+  kind_config: TransformerConfig | None = None
 
   def __call__(self, x_BxLxD, encoded_BxSxD=None, *, segment_ids_BxL=None, positions_BxL=None,
                encoder_segment_ids_BxS=None, deterministic=True, decode=False):
@@ -58,7 +61,8 @@ class TransformerLayer(nn.Module):
     """The layer itself (the module's one compact method: `__call__` and `LayerStep` call it)."""
     cfg = self.config
     sub = dict(dropout=Dropout(cfg.dropout_rate), pre_norm=cfg.norm == "pre", deterministic=deterministic)
-    self_attend = MultiHeadAttention(cfg, causal=self.causal, rotary=cfg.positional_encoding.acts == "rotary",
+    own = self.kind_config or cfg
+    self_attend = MultiHeadAttention(own, causal=self.causal, rotary=own.positional_encoding.acts == "rotary",
                                      position_bias=self.position_bias, mesh=self.mesh, name="self_attention")
     x_BxLxD = residual(
         x_BxLxD, lambda h: self_attend(h, q_segment_ids=segment_ids_BxL, kv_segment_ids=segment_ids_BxL,
@@ -94,7 +98,7 @@ def rematerialize(stack: nn.Module, length: int, deterministic: bool) -> bool:
   """Whether `stack` recomputes its layers' activations in the backward pass (`model.remat`, models/remat.py):
   only when training, and not with a positional bias shared across layers (an encoding that acts "bias")."""
   cfg = stack.config
-  return (remat_lib.wanted(cfg.remat, length) and not deterministic and cfg.positional_encoding.acts != "bias"
+  return (remat_lib.wanted(cfg.remat, length) and not deterministic and not cfg.any_layer_acts("bias")
           and not stack.is_initializing())
 
 
@@ -134,48 +138,88 @@ class LayerStep(TransformerLayer):
     return (y_BxLxD, None) if self.scanned else y_BxLxD
 
 
+class LayerPeriod(nn.Module):
+  """One repeat of `model.layer_pattern` as the body of a scan: its layers `layer_0 .. layer_{p-1}`, each of its
+  kind, in turn; returns `(x, None)`. (Scanned layers share no positional bias: `TransformerConfig.validate`.)"""
+  config: TransformerConfig
+  causal: bool
+  mesh: axes.Placement | None = None
+  deterministic: bool = True
+  decode: bool = False
+
+  @nn.compact
+  def __call__(self, x_BxLxD, *arguments):
+    cfg = self.config
+    for j, kind in enumerate(cfg.layer_pattern):
+      x_BxLxD = LayerStep(cfg, causal=self.causal, mesh=self.mesh, kind_config=cfg.kind_configs[kind],
+                          deterministic=self.deterministic, decode=self.decode, name=f"layer_{j}")(x_BxLxD, *arguments)
+    return x_BxLxD, None
+
+
 def run_stack(stack: nn.Module, num_layers: int, causal: bool, x_BxLxD, encoded_BxSxD, segment_ids_BxL,
-              positions_BxL, encoder_segment_ids_BxS, *, position_bias, deterministic: bool, remat: bool,
+              positions_BxL, encoder_segment_ids_BxS, *, position_biases: dict, deterministic: bool, remat: bool,
               decode: bool = False):
-  """The stack's `num_layers` layers applied in turn to `x` `[B, L, D]`.
+  """The stack's `num_layers` layers applied in turn to `x` `[B, L, D]`, layer i of the kind
+  `config.layer_config(i)` (`model.layer_pattern`), with its encoding's shared bias module from `position_biases`
+  (`stack_position_biases`).
 
   Looped (default): layers `layer_0`, `layer_1`, ... each with its own parameters; `model.remat` 'full'/'auto'
   recompute through `run_layer` (models/remat.py says why), a named policy through `nn.remat`. Scanned
   (`model.scan_layers`): one `nn.scan` over the layers, parameters `layers/...` stacked on a leading
   `[num_layers]` axis (no logical axis name: replicated), masks, positions and the encoder output broadcast to
   every layer, a dropout key per layer; its body is rematerialized by `nn.remat` with the `model.remat` policy.
+  With a pattern of p > 1 kinds the scan runs over the pattern's num_layers / p repeats, the body a `LayerPeriod`:
+  parameters `layers/layer_j/...` (j < p) stacked `[num_layers / p, ...]`.
   """
   cfg = stack.config
   if num_layers == 0:
     return x_BxLxD
+  layer = lambda i: dict(kind_config=cfg.layer_config(i) if cfg.layer_pattern else None,
+                         position_bias=position_biases.get(bias_key(cfg.layer_config(i))))
   if not cfg.scan_layers and not (remat and cfg.remat in remat_lib.POLICIES):
     layer_type = DecoderLayer if causal else EncoderLayer
     for i in range(num_layers):
-      layer = layer_type(cfg, position_bias=position_bias, mesh=stack.mesh, name=f"layer_{i}")
-      x_BxLxD = run_layer(stack, layer, x_BxLxD, encoded_BxSxD, segment_ids_BxL, positions_BxL,
+      module = layer_type(cfg, mesh=stack.mesh, **layer(i), name=f"layer_{i}")
+      x_BxLxD = run_layer(stack, module, x_BxLxD, encoded_BxSxD, segment_ids_BxL, positions_BxL,
                           encoder_segment_ids_BxS, deterministic=deterministic, remat=remat, decode=decode)
     return x_BxLxD
-  step = LayerStep
+  period = len(cfg.layer_pattern) if cfg.scan_layers and len(cfg.layer_pattern) > 1 else 1
+  body = LayerPeriod if period > 1 else LayerStep
   if remat:  # a scan body's recomputation cannot be merged with its forward pass: no CSE barrier needed there.
-    step = nn.remat(LayerStep, policy=remat_lib.policy(cfg.remat), prevent_cse=not cfg.scan_layers)
+    body = nn.remat(body, policy=remat_lib.policy(cfg.remat), prevent_cse=not cfg.scan_layers)
   arguments = (encoded_BxSxD, segment_ids_BxL, positions_BxL, encoder_segment_ids_BxS)
-  flags = dict(causal=causal, position_bias=position_bias, mesh=stack.mesh, deterministic=deterministic,
-               decode=decode)
+  flags = dict(causal=causal, mesh=stack.mesh, deterministic=deterministic, decode=decode)
   if not cfg.scan_layers:
     for i in range(num_layers):
-      x_BxLxD = step(cfg, **flags, name=f"layer_{i}")(x_BxLxD, *arguments)
+      x_BxLxD = body(cfg, **flags, **layer(i), name=f"layer_{i}")(x_BxLxD, *arguments)
     return x_BxLxD
-  scan = nn.scan(step, variable_axes={"params": 0, "intermediates": 0}, split_rngs={"params": True, "dropout": True},
-                 in_axes=(nn.broadcast,) * len(arguments), length=num_layers,
+  scan = nn.scan(body, variable_axes={"params": 0, "intermediates": 0}, split_rngs={"params": True, "dropout": True},
+                 in_axes=(nn.broadcast,) * len(arguments), length=num_layers // period,
                  metadata_params={nn.PARTITION_NAME: None})
-  return scan(cfg, **flags, scanned=True, name="layers")(x_BxLxD, *arguments)[0]
+  one_kind = {} if period > 1 else {**layer(0), "scanned": True}
+  return scan(cfg, **flags, **one_kind, name="layers")(x_BxLxD, *arguments)[0]
 
 
-def stack_position_bias(config: TransformerConfig, *, causal: bool) -> AttentionBias | None:
-  """The self-attention bias module shared by the layers of one stack (an encoding that acts "bias"), else None."""
-  if config.positional_encoding.acts != "bias":
+def bias_key(layer_config: TransformerConfig) -> tuple | None:
+  """What makes layers share a positional bias module: the same encoding that acts "bias", with the same options;
+  None for a layer whose encoding does not act "bias"."""
+  if layer_config.positional_encoding.acts != "bias":
     return None
-  return AttentionBias(config, causal=causal, name="position_bias")
+  return layer_config.positional, layer_config.positional_options
+
+
+def stack_position_biases(config: TransformerConfig, *, causal: bool) -> dict:
+  """{`bias_key`: the self-attention bias module the stack's layers of that encoding share}: `position_bias` for
+  the model's encoding (T5 shares one table across a stack), `position_bias_<kind>` for a kind's own; {} when no
+  layer's encoding acts "bias"."""
+  biases = {}
+  for kind in dict.fromkeys(config.layer_pattern) or [None]:
+    layer_config = config if kind is None else config.kind_configs[kind]
+    key = bias_key(layer_config)
+    if key is not None and key not in biases:
+      name = "position_bias" if key == bias_key(config) else f"position_bias_{kind}"
+      biases[key] = AttentionBias(layer_config, causal=causal, name=name)
+  return biases
 
 
 class Encoder(nn.Module):
@@ -190,9 +234,8 @@ class Encoder(nn.Module):
     segment_ids_BxS = segments_or_padding(inputs_BxS, segmentation_BxS)
     x_BxSxD = AddPositions(cfg, name="positions")(self.embed(inputs_BxS), positions_BxS)
     x_BxSxD = Dropout(cfg.dropout_rate)(x_BxSxD, deterministic=deterministic)
-    position_bias = stack_position_bias(cfg, causal=False)
     x_BxSxD = run_stack(self, cfg.num_encoder_layers, False, x_BxSxD, None, segment_ids_BxS, positions_BxS, None,
-                        position_bias=position_bias, deterministic=deterministic,
+                        position_biases=stack_position_biases(cfg, causal=False), deterministic=deterministic,
                         remat=rematerialize(self, inputs_BxS.shape[1], deterministic))
     return norm(cfg, "final_norm")(x_BxSxD) if cfg.norm == "pre" and cfg.final_norm else x_BxSxD
 
@@ -223,9 +266,9 @@ class Decoder(nn.Module):
       segment_ids_BxT = segments_or_padding(targets_BxT, segmentation_BxT)
     y_BxTxD = AddPositions(cfg, name="positions")(self.embed(y_BxT), positions_BxT, decode=decode)
     y_BxTxD = Dropout(cfg.dropout_rate)(y_BxTxD, deterministic=deterministic)
-    position_bias = stack_position_bias(cfg, causal=True)
     y_BxTxD = run_stack(self, cfg.num_decoder_layers, True, y_BxTxD, encoded_BxSxD, segment_ids_BxT, positions_BxT,
-                        encoder_segment_ids_BxS, position_bias=position_bias, deterministic=deterministic,
+                        encoder_segment_ids_BxS, position_biases=stack_position_biases(cfg, causal=True),
+                        deterministic=deterministic,
                         remat=not decode and rematerialize(self, targets_BxT.shape[1], deterministic), decode=decode)
     if cfg.norm == "pre" and cfg.final_norm:
       y_BxTxD = norm(cfg, "final_norm")(y_BxTxD)
