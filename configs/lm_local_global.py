@@ -1,7 +1,7 @@
 """The LM demo with Gemma 3's layer pattern: five local (sliding-window) layers, then one global layer, repeated.
 
     jformer train --config=configs/lm_local_global.py --workdir=runs/lm_local_global
-    jformer generate --workdir=runs/lm_local_global --prompt="The"
+    echo "The" | jformer generate --workdir=runs/lm_local_global
 
 `configs/lm_demo.py` (d_model 256, rows of 256 tokens from the bundled English text, test bits per byte at 256, 512
 and 1024) with 6 decoder layers in the pattern local x 5, global (Gemma 3, Team Gemma 2025): the local layers attend
@@ -20,8 +20,7 @@ HERE = pathlib.Path(__file__).parent
 def get_config():
   config = jconfig.read(HERE / "lm_demo.py")
   model = config.model
-  model.num_decoder_layers = 6
-  model.positional = "rotary"
+  model.num_decoder_layers = 6  # rotary positions, as every layer of the LM demo's block.
   model.layer_kinds = {
       "local": {"attention": "local", "attention_options": {"window_size": 128},
                 "positional_options": {"base": 10_000.0}},

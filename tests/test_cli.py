@@ -30,6 +30,7 @@ def test_summary_matches_paper_parameter_counts(config_file, paper_millions, rep
   assert re.search(r"^\s+layer_5\s+[\d,]+$", out, re.M)  # per-layer rows.
 
 
+@pytest.mark.integration  # moved out of the fast tier (README command 2 within 5 minutes on 2 cores).
 def test_summary_forward_and_override(repo_root, capsys):
   main.main(["summary", f"--config={repo_root / 'configs' / 'small.py'}", "--forward", "--config.model.d_model=128"])
   out = capsys.readouterr().out

@@ -105,6 +105,7 @@ def test_cached_generation_equals_full_forward_for_a_plugin_variant(plugin_regis
   check_cached_generation_equals_full_forward(*lm_and_params(**{"model.attention": PLUGIN_NAME}))
 
 
+@pytest.mark.integration  # moved out of the fast tier (README command 2 within 5 minutes on 2 cores).
 def test_prefill_is_causal_and_equals_one_token_at_a_time():
   """A T-token cached call writes T slots and masks causally inside itself: its logits equal T one-token calls,
   and changing prompt token j moves only the logits from position j + 1 on."""

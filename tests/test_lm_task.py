@@ -69,7 +69,7 @@ def lm():
   return config, model, params, FakeLMDatasets(splits, rows=8, max_length=12), lambda p, b: jax.device_get(step(p, b))
 
 
-@pytest.mark.parametrize("max_length", [12, 5])
+@pytest.mark.parametrize("max_length", [pytest.param(12, marks=pytest.mark.integration), 5])
 def test_bits_per_byte_is_the_summed_nll_over_the_bytes(lm, max_length):
   config, model, params, datasets, eval_step = lm
   metrics = tasks.LanguageModelTask(config, datasets).evaluate(eval_step, params, "valid", max_length=max_length)

@@ -108,9 +108,11 @@ def test_encoder_with_positions_is_not_permutation_equivariant():
   assert np.abs(np.asarray(model.apply(params, x[:, perm], method=model.encode) - enc[:, perm])).max() > 1e-3
 
 
-# With pre-norm: the encodings that act inside attention (rotary, alibi) in the default run, every encoding in the
-# slow run (each with post-norm, the default, in the default run: test_models_positional.py).
-@pytest.mark.parametrize("name", [pytest.param(name, marks=() if name in ("rotary", "alibi") else pytest.mark.slow)
+# With pre-norm: rotary in the default run, alibi (the other encoding that acts inside attention) in the integration
+# tier, every encoding in the slow run (each with post-norm, the default, in the default run:
+# test_models_positional.py).
+@pytest.mark.parametrize("name", [pytest.param(name, marks=() if name == "rotary" else pytest.mark.integration
+                                                if name == "alibi" else pytest.mark.slow)
                                   for name in positional.available()])
 def test_cached_decoding_equals_full_forward(name):
   model = tiny(**{"model.norm": "pre", **positional_overrides(name)})
@@ -137,6 +139,7 @@ def test_decoding_projects_the_encoder_output_once():
   np.testing.assert_allclose(run(encoded), model.apply({"params": params}, x, y), atol=1e-4)
 
 
+@pytest.mark.integration  # moved out of the fast tier (README command 2 within 5 minutes on 2 cores).
 def test_packed_rows_equal_separate_examples():
   model = tiny(**{"model.positional": "rotary"})
   xa, ya, xb, yb = tokens(0, (1, 3)), tokens(1, (1, 4)), tokens(2, (1, 4)), tokens(3, (1, 2))
@@ -263,6 +266,7 @@ def test_packed_self_attention_masks_by_index_so_the_kernels_take_it(recorded_ca
   assert steps == [(2, 2, ["kv_positions", "q_positions"])] * 2 + [(1, 2, ["kv_positions", "q_positions"])] * 4
 
 
+@pytest.mark.integration  # moved out of the fast tier (README command 2 within 5 minutes on 2 cores).
 def test_packed_language_model_calls_attention_without_positions(recorded_calls):
   model = tiny(**{"model.positional": "rotary", "model.attention": "recording", "model.architecture": "lm"})
   ya, yb = tokens(1, (1, 4)), tokens(3, (1, 2))

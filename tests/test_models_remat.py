@@ -21,7 +21,7 @@ def loss_and_grads(model, x, y, rng=None):
 ONE_LAYER = {"model.num_encoder_layers": 1, "model.num_decoder_layers": 1}  # each layer is rematerialized alike.
 
 
-@pytest.mark.parametrize("norm", ["post", "pre"])
+@pytest.mark.parametrize("norm", ["post", pytest.param("pre", marks=pytest.mark.integration)])
 def test_full_remat_gives_the_same_loss_and_gradients(norm):
   x, y = tokens(0, (2, 9)).at[1, 6:].set(0), tokens(1, (2, 7)).at[0, 5:].set(0)
   plain = tiny(**{"model.dropout_rate": 0.0, "model.norm": norm, "model.remat": "none", **ONE_LAYER})
@@ -74,8 +74,8 @@ def test_auto_rematerializes_long_sequences_only():
 @pytest.mark.parametrize("policy,scan", [  # one case by default, the others in the integration tier.
     ("nothing_saveable", False),
     *(pytest.param(p, s, marks=pytest.mark.integration)
-      for p, s in [("dots_saveable", True), ("full", True), ("dots_saveable", False), ("nothing_saveable", True), ("offload_dots", True),
-                   ("offload_dots", False)])])
+      for p, s in [("dots_saveable", True), ("full", True), ("dots_saveable", False), ("nothing_saveable", True),
+                   ("offload_dots", True), ("offload_dots", False)])])
 def test_each_remat_policy_gives_the_gradients_of_none(policy, scan):
   """Named policies go through nn.remat (per layer in the loop, the scan body when scanned; looped 'full' is the
   test above); 2 + 2 layers."""

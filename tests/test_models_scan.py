@@ -38,8 +38,8 @@ def test_stack_and_unstack_are_exact_inverses():
 
 
 @pytest.mark.parametrize("architecture,norm", [
-    pytest.param("transformer", "post", marks=pytest.mark.integration),  # seconds of compiling: integration tier.
-    ("lm", "pre")])
+    pytest.param("transformer", "post", marks=pytest.mark.integration),  # seconds of compiling: integration tier
+    pytest.param("lm", "pre", marks=pytest.mark.integration)])  # (the scanned patterns too: test_layer_patterns.py).
 def test_scanned_model_gives_the_looped_outputs_and_gradients(architecture, norm):
   overrides = {**NO_DROPOUT, "model.architecture": architecture, "model.norm": norm}
   looped, scanned = tiny(**overrides), tiny(**overrides, **{"model.scan_layers": True})

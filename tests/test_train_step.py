@@ -45,6 +45,7 @@ def test_cooldown_ramps_equation_3_linearly_over_the_last_steps():
   assert float(optim.paper_schedule(256, 30, total_steps=None, cooldown_fraction=0.2)(90)) == float(eq3(90))
 
 
+@pytest.mark.integration  # moved out of the fast tier (README command 2 within 5 minutes on 2 cores).
 def test_packed_rows_give_the_same_per_example_loss(repo_root):
   config = tiny_config(repo_root)
   model = tasks.build_model(config)

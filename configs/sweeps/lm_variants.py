@@ -6,8 +6,9 @@ sinusoidal does not).
     python -m launch.report --sweep=configs/sweeps/lm_variants.py   # runs/lm_variants/report.md, extrapolation.png
 
 Nine points on configs/lm_demo.py with the pre-LayerNorm block it had then (FIXED; decoder-only, d_model 256, 4
-layers, rows of 256 tokens packed from whole chapters of the bundled English corpus, model.max_length 1024): the six positional encodings with the demo's
-attention (`model.positional` = sinusoidal, learned, rotary, alibi, relative, none), then the long-context
+layers, rows of 256 tokens packed from whole chapters of the bundled English corpus, model.max_length 1024): the
+six positional encodings with the demo's attention (`model.positional` = sinusoidal, learned, rotary, alibi,
+relative, none), then the long-context
 attention variants with sinusoidal positions: `chunked` (exact softmax attention in chunks of 64 queries x 64
 keys, so the memory saving shows at 256), `local` (a sliding window of 128 tokens, half the training context,
 so that it differs from full attention in training too) and `linear` (kernelized, no softmax). Swept keys a point
