@@ -44,8 +44,8 @@ def _layout_difference(wanted: Mapping[str, Any], found: Mapping[str, Any]) -> s
   looped, scanned = first(found, LOOPED), first(wanted, SCANNED)
   if looped and scanned and not first(found, SCANNED):
     return (f"checkpoint has per-layer parameters ({looped}) but model.scan_layers=True expects stacked ones "
-            f"({scanned}): convert with jformer.models.stack_layer_params (period=len(model.layer_pattern) with a pattern), or set "
-            "model.scan_layers=False")
+            f"({scanned}): convert with jformer.models.stack_layer_params (period=len(model.layer_pattern) with a "
+            "pattern), or set model.scan_layers=False")
   scanned, looped = first(found, SCANNED), first(wanted, LOOPED)
   if looped and scanned and not first(found, LOOPED):
     return (f"checkpoint has stacked parameters ({scanned}) but model.scan_layers=False expects per-layer ones "
