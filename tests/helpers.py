@@ -192,6 +192,12 @@ SETTINGS = {
     "softcap_decoder": Setting(frozenset({"softcap", "causal", "segment_ids"}), lambda: (
         *((3.0 * x if i == 0 else x) for i, x in enumerate(random_qkv(15))),
         dict(causal=True, q_segment_ids=PADDING, kv_segment_ids=PADDING, logits_softcap=2.0))),
+    # A sliding window: two keys back and one ahead (asymmetric, so left and right cannot be swapped unseen);
+    # with causal masking the right side is cut (3 ahead would otherwise show).
+    "window_encoder": Setting(frozenset({"window", "segment_ids"}), lambda: (
+        *random_qkv(16), dict(q_segment_ids=PADDING, kv_segment_ids=PADDING, window=(2, 1)))),
+    "window_decoder": Setting(frozenset({"window", "causal", "segment_ids"}), lambda: (
+        *random_qkv(17), dict(causal=True, q_segment_ids=PADDING, kv_segment_ids=PADDING, window=(2, 3)))),
 }
 
 
@@ -237,7 +243,7 @@ def params_of(name, heads):
 
 def visible_rows(q, k, kwargs):
   """`[B, T]` bool: the queries that see at least one key (others have no defined output)."""
-  masking = {n: x for n, x in kwargs.items() if n not in ("bias", "params", "logits_softcap")}
+  masking = {n: x for n, x in kwargs.items() if n not in ("bias", "params", "logits_softcap")}  # window stays
   mask = masks.attention_mask(q.shape[1], k.shape[1], **masking)
   if mask is None:
     return np.ones(q.shape[:2], bool)

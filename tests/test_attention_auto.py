@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from jformer import attention
-from jformer.attention import auto
+from jformer.attention import auto, blockwise
 
 
 def shaped(length, kv_length=None, dtype=jnp.float32, head_dim=8):
@@ -40,6 +40,12 @@ BIAS = jnp.zeros((1, 2, 4096, 4096))
     (4096, 4096, "tpu", jnp.bfloat16, dict(q_positions=POSITIONS, kv_positions=POSITIONS), "splash"),
     (1, 4096, "tpu", jnp.bfloat16, dict(causal=True, q_positions=POSITIONS[:, :1], kv_positions=POSITIONS),
      "dot_product"),  # a decode step: masking by position, which splash does not do.
+    # A sliding window (`local`) is data the kernels take: splash's LocalMask, cuDNN's local_window_size (causal).
+    (4096, 4096, "tpu", jnp.bfloat16, dict(window=(127, 127)), "splash"),
+    (4096, 4096, "tpu", jnp.bfloat16, dict(causal=True, window=(127, 127)), "splash"),
+    (4096, 4096, "gpu", jnp.bfloat16, dict(causal=True, window=(127, 127)), "cudnn"),
+    (4096, 4096, "gpu", jnp.bfloat16, dict(window=(127, 127)), "chunked"),  # cuDNN's window looks back only.
+    (4096, 4096, "cpu", jnp.float32, dict(causal=True, window=(127, 127)), "chunked"),
 ])
 def test_choice(q_len, kv_len, backend, dtype, masking, want):
   query, key = shaped(q_len, kv_len, dtype)
@@ -89,6 +95,54 @@ def test_choice_and_fallback_are_logged_once(monkeypatch, caplog):
   want = attention.get("dot_product").fn(q, k, v, causal=True)
   np.testing.assert_allclose(run(causal=True), want, atol=1e-5)  # splash, interpreted
   np.testing.assert_allclose(fallback, want, atol=1e-5)
+
+
+def test_local_runs_splash_with_its_window_on_tpu(monkeypatch, caplog):
+  """`local` on a (pretended) TPU: `auto` hands its window to splash (`LocalMask`, interpreted here), which equals
+  the windowed reference, causal or not; a decode step's positions fall back, logged."""
+  monkeypatch.setattr(auto, "_backend", lambda: "tpu")
+  monkeypatch.setattr(auto, "_LOGGED", set())
+  caplog.set_level(logging.INFO, logger="absl")
+  q, k, v = (jax.random.normal(jax.random.PRNGKey(i), (2, 200, 4, 8)) for i in range(3))
+  ids = jnp.array([[1] * 150 + [0] * 50, [1] * 200])
+  local = attention.get("local")
+  for causal in (False, True):
+    masking = dict(causal=causal, q_segment_ids=ids, kv_segment_ids=ids)
+    got = local.fn(q, k, v, window_size=20, **masking)
+    want = local.reference(q, k, v, window_size=20, **masking)
+    visible = np.asarray(ids, bool)
+    np.testing.assert_allclose(np.asarray(got)[visible], np.asarray(want)[visible], atol=1e-5)
+  lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("attention 'auto'")]
+  assert lines == ["attention 'auto' on tpu, float32, T=200 S=200 H=4 K=4 D=8, segment_ids+window: splash",
+                   "attention 'auto' on tpu, float32, T=200 S=200 H=4 K=4 D=8, causal+segment_ids+window: splash"]
+
+
+_SCORED_BLOCKS = []
+
+
+def _counted_dot(q, k, params):
+  """q . k / sqrt(d), counting each block it scores (a host callback runs only where the block is computed)."""
+  del params
+  jax.debug.callback(lambda: _SCORED_BLOCKS.append(1))
+  return jnp.einsum("bhqe,bhce->bhqc", q, k, preferred_element_type=jnp.float32) * q.shape[-1] ** -0.5
+
+
+@pytest.mark.parametrize("window, blocks", [(None, 36), ((63, 0), 15), ((128, 0), 15), ((129, 0), 21)])
+def test_chunked_computes_only_the_blocks_a_window_reaches(window, blocks):
+  """8 x 8 blocks of 128, causal: 36 on or below the diagonal (8 + 7 + ... + 1). A window of 63 or 128 keys back
+  reaches the diagonal block and the one before it (8 + 7); 129 back reaches one block further (+ 6). The result
+  equals the reference."""
+  length, chunk = 1024, 128
+  q, k, v = (jax.random.normal(jax.random.PRNGKey(i), (1, length, 1, 8)) for i in range(3))
+  _SCORED_BLOCKS.clear()
+  masking = dict(causal=True, q_segment_ids=None, kv_segment_ids=None, q_positions=None, kv_positions=None,
+                 mask=None, bias=None, window=window)
+  got = blockwise.attention(q, k, v, **masking, query_chunk_size=chunk, key_chunk_size=chunk, score=_counted_dot)
+  jax.block_until_ready(got)
+  jax.effects_barrier()
+  assert len(_SCORED_BLOCKS) == blocks
+  want = attention.get("dot_product").fn(q, k, v, causal=True, window=window)
+  np.testing.assert_allclose(got, want, atol=1e-5)
 
 
 def test_long_sequence_runs_blockwise_in_linear_memory():

@@ -26,11 +26,11 @@ def test_each_kernel_takes_the_settings_it_can_express():
   runs = lambda name, calls: sorted(setting for setting, (q, k, v, kwargs) in calls.items()
                                     if attention.get(name).refusal(q, k, v, **kwargs) is None)
   assert runs("splash", calls) == ["cross_attention", "decoder_causal", "encoder_padding", "grouped_query",
-                                   "packed_cross_attention"]
+                                   "packed_cross_attention", "softcap_decoder", "window_decoder", "window_encoder"]
   assert runs("pallas_gpu", calls) == ["decoder_causal", "encoder_padding", "grouped_query"]
   assert runs("cudnn", calls) == []  # the settings are float32; cuDNN takes bfloat16/float16.
   assert runs("cudnn", half) == ["cross_attention", "decoder_causal", "encoder_padding", "grouped_query",
-                                 "packed_cross_attention"]
+                                 "packed_cross_attention", "window_decoder"]  # its window looks back only.
 
 
 def test_refusals_name_the_reason():

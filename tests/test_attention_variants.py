@@ -51,7 +51,7 @@ def test_undeclared_features_are_refused(name):
   check_undeclared_features_are_refused(name)
 
 
-def test_local_is_banded_and_linear_is_not_softmax():
+def test_local_is_windowed_and_linear_is_not_softmax():
   """The two non-reference variants really differ from full softmax attention on the same inputs."""
   q, k, v = random_qkv(14)
   full, windowed, linear = jax.jit(lambda q, k, v: [attention.get(name).fn(q, k, v, causal=True, **options_of(
@@ -65,9 +65,12 @@ def test_local_is_banded_and_linear_is_not_softmax():
     np.testing.assert_allclose(out[:, 0], v[:, 0], atol=1e-6)
 
 
-def test_sliding_window_mask_is_the_window():
-  """The mask `local` is checked against, written out: |i - j| < 2, and 0 <= i - j < 2 when causal."""
-  bidirectional = masks.sliding_window_mask(jnp.arange(4), jnp.arange(4), 2, causal=False)[0, 0]
-  causal = masks.sliding_window_mask(jnp.arange(4), jnp.arange(4), 2, causal=True)[0, 0]
-  np.testing.assert_array_equal(bidirectional, [[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1], [0, 0, 1, 1]])
-  np.testing.assert_array_equal(causal, [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]])
+def test_window_mask_is_the_window():
+  """The masks the window settings are checked against, written out: `local` of size 2 is (1, 1), |i - j| < 2,
+  and 0 <= i - j < 2 when causal; (2, 0) sees two keys back and none ahead."""
+  local = masks.window_mask(jnp.arange(4), jnp.arange(4), (1, 1))[0, 0]
+  local_causal = masks.attention_mask(4, 4, causal=True, window=(1, 1))[0, 0]
+  back = masks.window_mask(jnp.arange(4), jnp.arange(4), (2, 0))[0, 0]
+  np.testing.assert_array_equal(local, [[1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1], [0, 0, 1, 1]])
+  np.testing.assert_array_equal(local_causal, [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]])
+  np.testing.assert_array_equal(back, [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [0, 1, 1, 1]])

@@ -189,13 +189,14 @@ def test_attention_logit_softcap_is_its_formula_forward_and_backward(name):
   assert np.abs(np.asarray(plain - got_out(q, k, v))).max() > 0.05  # the cap changes the result.
 
 
-@pytest.mark.parametrize("backend", ["gpu", "tpu"])
-def test_auto_picks_no_kernel_that_cannot_softcap(backend):
-  """A library kernel that does not declare "softcap" is refused, named with why, and `auto` falls back."""
+def test_auto_gives_the_softcap_to_splash_and_falls_back_from_the_gpu_kernels():
+  """Splash takes the logit soft-cap (its `attn_logits_soft_cap`); the GPU kernels do not declare it: refused, named
+  with why, and `auto` falls back."""
   q, k, v = (x.astype(jnp.bfloat16) for x in random_qkv(0))
-  choice = auto.choose(q, k, v, backend=backend, causal=True, logits_softcap=2.0)
+  assert auto.choose(q, k, v, backend="tpu", causal=True, logits_softcap=2.0).kernel == "splash"
+  choice = auto.choose(q, k, v, backend="gpu", causal=True, logits_softcap=2.0)
   assert choice.kernel in ("dot_product", "chunked")
-  assert {name for name, _ in choice.refused} == {kernel.name for kernel in attention.kernels(backend)}
+  assert {name for name, _ in choice.refused} == {kernel.name for kernel in attention.kernels("gpu")}
   assert all(reason == "does not support ['softcap']" for _, reason in choice.refused)
 
 

@@ -50,7 +50,7 @@ def test_attention_list(capsys):
   main.main(["attention", "list"])
   out = capsys.readouterr().out
   assert out.startswith("additive") and "chunked" in out and "dot_product" in out and "xla" in out
-  assert ("supports: bias, causal, decode, gqa, mask, positions, segment_ids; options: hidden_size=64, "
+  assert ("supports: bias, causal, decode, gqa, mask, positions, segment_ids, window; options: hidden_size=64, "
           "query_chunk_size=64, key_chunk_size=64; learns: query_weight [heads, head_dim, hidden_size]") in out
 
 

@@ -27,10 +27,10 @@ def source_and_target():
   return tokens(0, (2, 6)), tokens(1, (2, 5))
 
 
-# Every encoding with pre-norm, and the default sinusoidal with post-norm, in the default run (every encoding with
-# post-norm, the default: test_models_positional.py); every encoding with each norm in the slow run.
+# Every encoding but alibi (10 s) with pre-norm in the default run (every encoding with post-norm, the default, is
+# checked by test_models_positional.py's test_decoder_is_causal); every encoding with each norm in the slow run.
 @pytest.mark.parametrize("name, norm", [
-    pytest.param(name, norm, marks=() if norm == "pre" or name == "sinusoidal" else pytest.mark.slow)
+    pytest.param(name, norm, marks=() if norm == "pre" and name != "alibi" else pytest.mark.slow)
     for norm in ("post", "pre") for name in positional.available()])
 def test_decoder_is_causal(norm, name):
   """Target token j changed, for each j: logits up to j stay, later ones move. One call: the 7 changed copies of the
@@ -71,6 +71,7 @@ def test_causality_by_gradient():
         assert influence > 0.0, (i, j)
 
 
+@pytest.mark.integration  # each encoding's case runs in the default run: test_models_positional.py.
 def test_source_padding_invariance():
   model = tiny()
   x, y = source_and_target()

@@ -140,8 +140,8 @@ def test_declared_params_live_where_the_encoding_acts(name):
       assert "position_bias" not in params[stack][layer]
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.integration) if n == "alibi" else n
-                                  for n in ENCODINGS])  # alibi (12 s) in the integration tier.
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.integration) if n in ("alibi", "learned") else n
+                                  for n in ENCODINGS])  # alibi and learned (11-12 s each) in the integration tier.
 def test_encoder_is_permutation_equivariant_only_without_positions(name):
   model, variables = model_and_params(name, HEADS)
   x = source_and_target()[0][:2]

@@ -4,7 +4,7 @@ Every variant is a pure function
 
     fn(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None,
        q_positions=None, kv_positions=None, mask=None, bias=None,
-       dropout_rate=0.0, dropout_rng=None, [logits_softcap=0.0,] **options) -> out
+       dropout_rate=0.0, dropout_rng=None, [logits_softcap=0.0,] [window=None,] **options) -> out
 
 - query `[B, T, H, D]`, key `[B, S, K, D]`, value `[B, S, K, Dv]`, out `[B, T, H, Dv]`. K = H, or fewer
   key/value heads with H % K == 0 (grouped-query attention; K = 1: multi-query): query head h uses key/value
@@ -12,10 +12,12 @@ Every variant is a pure function
   (`repeat_kv`) for a variant that does not declare "gqa", which is what that declaration means.
 - Key j is visible to query i iff: segment ids (`[B, T]`, `[B, S]`, 0 = padding) are equal and non-zero,
   when given; position(j) <= position(i) when `causal` (positions `[B, T]`/`[B, S]`, default `arange`);
-  and the boolean `mask` (broadcastable to `[B, H, T, S]`) is True, when given.
+  position(i) - left <= position(j) <= position(i) + right for `window=(left, right)`, when given (a sliding
+  window: `local`); and the boolean `mask` (broadcastable to `[B, H, T, S]`) is True, when given.
 - `bias` (broadcastable to `[B, H, T, S]`) is added to the logits; `dropout_rate`/`dropout_rng` drop attention
-  weights. `logits_softcap` > 0 caps the logits before the bias: cap * tanh(logits / cap) (Gemma 2); only a
-  variant that declares "softcap" takes (and sees) this argument.
+  weights. `logits_softcap` > 0 caps the logits before the bias: cap * tanh(logits / cap) (Gemma 2). Only a
+  variant that declares "softcap" (or "window") takes (and sees) `logits_softcap` (or `window`): a variant
+  written before these existed keeps its signature.
 - A decode step is T=1 against a cache of S slots, with q_positions = the step and kv_positions = arange(S);
   slots after the step may hold anything: causal masking by position hides them.
 - `options` are the variant's own keyword-only parameters, bound from `model.attention_options`.

@@ -4,14 +4,17 @@ For each call, in order:
 - attention dropout requested: `dot_product` (the one variant that drops attention weights);
 - the backend's library kernels, highest `auto_priority` first (each declares its platforms and priority when it
   registers: GPU `cudnn` then `pallas_gpu`, TPU `splash`; `registry.kernels`). The first that can express the
-  call runs (`AttentionVariant.refusal`: the features it declares, and its
-  `limits` on shapes and dtypes); a bias, a mask, or causal masking by explicit positions (decode steps; the
-  model's packed training rows come without them, `jformer.models.layers.MultiHeadAttention`) is expressed by
-  none of them, nor is a logit soft-cap (no kernel declares "softcap" yet);
+  call runs (`AttentionVariant.refusal`: the features it declares, and its `limits` on shapes and dtypes). The
+  structure of the mask is data the kernels take: causal masking and a sliding window by index (`local`) go to
+  splash as its `CausalMask`/`LocalMask` and to cuDNN as `is_causal`/`local_window_size` (a window with causal
+  masking only), segment ids to both, a logit soft-cap to splash. A bias, a mask, or masking by explicit
+  positions (decode steps; the model's packed training rows come without them,
+  `jformer.models.layers.MultiHeadAttention`) is expressed by none of them;
 - otherwise: `chunked` when query length x key length >= `BLOCKWISE_MIN_PAIRS` (512 x 512), memory linear in
-  the length and no slower than dense there on CPU (`benchmarks/attention.py`, docs/results/); else
+  the length and no slower than dense there on CPU (`benchmarks/attention.py`, docs/results/), and skipping the
+  blocks the causal mask or a window leaves empty; else
   `dot_product`, the dense reference, fastest for short sequences and decode.
-Positions only act with causal masking, so a non-causal call's positions are dropped before choosing (exact).
+Positions act only with causal masking or a window, so other calls' positions are dropped before choosing (exact).
 `cudnn` takes segment ids only as right padding (one example per row), which is a property of the batch, not of
 its shapes: with segment ids `auto` runs `lax.cond(cudnn.padding_lengths(...) expressible, cudnn, next)`, the
 next being what it would pick without `cudnn`.
@@ -30,7 +33,7 @@ from absl import logging
 from jax import lax
 
 from jformer.attention import chunked, cudnn, dot_product
-from jformer.attention.registry import AttentionVariant, kernels, register, requested_features, softmax_weights
+from jformer.attention.registry import AttentionVariant, get, kernels, register, requested_features, softmax_weights
 
 BLOCKWISE_MIN_PAIRS = 512 * 512
 # The generic fallbacks, resolved once.
@@ -72,16 +75,18 @@ def choose(query, key, value=None, *, backend: str | None = None, **masking) -> 
 
 
 @register("auto", supports={"causal", "segment_ids", "positions", "mask", "bias", "dropout", "decode", "gqa",
-                            "softcap"}, weights=softmax_weights)
+                            "softcap", "window"}, weights=softmax_weights)
 def auto(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
-         kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, logits_softcap=0.0, mesh=None):
+         kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, logits_softcap=0.0, window=None,
+         mesh=None):
   """The fastest that can run each call: library kernels by priority (GPU, TPU), else chunked (long) or dot_product.
 
   `mesh`: passed to the kernel that runs (module doc).
   """
   masking = _relevant(dict(causal=causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
                            q_positions=q_positions, kv_positions=kv_positions, mask=mask, bias=bias,
-                           dropout_rate=dropout_rate, dropout_rng=dropout_rng, logits_softcap=logits_softcap))
+                           dropout_rate=dropout_rate, dropout_rng=dropout_rng, logits_softcap=logits_softcap,
+                           window=window))
   backend = _backend()
   choice = _choose(query, key, value, backend, masking, skip=())
   message = (f"attention 'auto' on {backend}, {query.dtype}, T={query.shape[1]} S={key.shape[1]} "
@@ -130,8 +135,11 @@ def _choose(query, key, value, backend: str, masking, skip: tuple[str, ...]) -> 
 
 
 def _relevant(masking: dict) -> dict:
-  """The masking arguments without positions when not causal (they only act with causal masking)."""
-  if masking.get("causal"):
+  """The masking arguments without positions when neither causal nor windowed (they act only then)."""
+  if masking.get("causal") or masking.get("window") is not None:
     return dict(masking)
   return {k: v for k, v in masking.items() if k not in ("q_positions", "kv_positions")}
 
+
+
+VARIANT = get("auto")  # the registered entry, for variants that run through `auto` (`local`).

@@ -15,8 +15,9 @@ The score is q k^T / sqrt(d) (paper eq. 1) unless a `score` function is given, s
 Gemma 2) when a cap is given, which the backward differentiates with the score: then any differentiable
 `score(q [B, H, cq, E], k [B, H, ck, E], params) -> [B, H, cq, ck]` works, its parameters get their gradient
 here, and only one block of its intermediates (e.g. additive attention's `[B, H, cq, ck, hidden]`) is ever held.
-Blocks where no query sees any key (other segments, the causal future, padding, unfilled cache slots) are
-skipped in both passes, so causal attention does about half the work.
+Blocks where no query sees any key (other segments, the causal future, outside a sliding window, padding,
+unfilled cache slots) are skipped in both passes, so causal attention does about half the work and windowed
+attention O(T * window).
 
 Inside, heads come first and are grouped: query `[B, K, G, T, D]` (query head h = k * G + g uses key/value
 head k; H = K * G), key/value `[B, K, S, D]`, lengths padded to whole chunks (padding has segment id 0).
@@ -41,19 +42,25 @@ MASK_VALUE = float(jnp.finfo(jnp.float32).min)
 
 @dataclasses.dataclass(frozen=True)
 class Blocks:
-  """Static layout of one call: chunk sizes (the padded lengths are multiples of them), the causal flag and the
-  logit soft-cap (0: none)."""
+  """Static layout of one call: chunk sizes (the padded lengths are multiples of them), the causal flag, the
+  logit soft-cap (0: none) and the sliding window ((left, right), or None)."""
   query_chunk: int
   key_chunk: int
   causal: bool
   softcap: float = 0.0
+  window: tuple[int, int] | None = None
+
+  @property
+  def by_position(self) -> bool:
+    """Whether visibility reads positions (causal masking or a window)."""
+    return self.causal or self.window is not None
 
 
 class Visibility(NamedTuple):
   """Per-token arrays deciding which key each query sees (`ops.masks.visible_keys`), padded to whole chunks.
 
   Segment ids are `[B or 1, T_padded]` / `[B or 1, S_padded]` int32 (padding: 0); positions likewise (read
-  only when causal).
+  only when causal or windowed).
   """
   q_segment_ids: jax.Array
   kv_segment_ids: jax.Array
@@ -67,7 +74,7 @@ Score = Callable[..., jax.Array]
 
 def attention(query, key, value, *, causal, q_segment_ids, kv_segment_ids, q_positions, kv_positions, mask, bias,
               query_chunk_size: int, key_chunk_size: int, score: Score | None = None, params=None,
-              softcap: float = 0.0) -> jax.Array:
+              softcap: float = 0.0, window: tuple[int, int] | None = None) -> jax.Array:
   """softmax(cap(score(Q, K)) + bias) V over the visible keys, chunk by chunk (arguments: the variant signature).
 
   Args:
@@ -78,6 +85,8 @@ def attention(query, key, value, *, causal, q_segment_ids, kv_segment_ids, q_pos
       function (it is a static argument); None = Q K^T / sqrt(E) (paper eq. 1).
     params: the pytree `score` reads (differentiated like query and key), or None.
     softcap: > 0: the scores become softcap * tanh(score / softcap) before the bias (`ops.softcap`); 0: off.
+    window: (left, right): the sliding window of the variant signature (`ops.masks.window_mask`); None: none.
+      Blocks wholly outside it are skipped, so the work is O(T * window), not O(T * S).
 
   Returns:
     `[B, T, H, Dv]`.
@@ -99,7 +108,9 @@ def attention(query, key, value, *, causal, q_segment_ids, kv_segment_ids, q_pos
   k_BxKxSxD, v_BxKxSxD = (jnp.pad(x, ((0, 0), (0, kv_pad), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
                           for x in (key, value))
   pairwise = functools.partial(_pairwise, shape=(batch, heads, q_len, kv_len), pads=(q_pad, kv_pad))
-  out_BxKxGxTxD = _attend(Blocks(query_chunk_size, key_chunk_size, causal, float(softcap)), score,
+  layout = Blocks(query_chunk_size, key_chunk_size, causal, float(softcap),
+                  None if window is None else (int(window[0]), int(window[1])))
+  out_BxKxGxTxD = _attend(layout, score,
                           q_BxKxGxTxD, k_BxKxSxD, v_BxKxSxD, params, visibility, pairwise(mask, "mask"),
                           pairwise(bias, "bias"))
   return out_BxKxGxTxD.transpose(0, 3, 1, 2, 4).reshape(batch, q_len + q_pad, heads, -1)[:, :q_len]
@@ -226,10 +237,10 @@ def _visible(blocks: Blocks, visibility: Visibility, mask, i, j, kv_heads: int) 
   cq, ck = blocks.query_chunk, blocks.key_chunk
   q_slice = lambda x: lax.dynamic_slice_in_dim(x, i * cq, cq, axis=1)
   kv_slice = lambda x: lax.dynamic_slice_in_dim(x, j * ck, ck, axis=1)
-  positions = ((q_slice(visibility.q_positions), kv_slice(visibility.kv_positions)) if blocks.causal
+  positions = ((q_slice(visibility.q_positions), kv_slice(visibility.kv_positions)) if blocks.by_position
                else (None, None))
   visible = masks.visible_keys(q_slice(visibility.q_segment_ids), kv_slice(visibility.kv_segment_ids),
-                               *positions)[:, None, None]
+                               *positions, causal=blocks.causal, window=blocks.window)[:, None, None]
   if mask is not None:
     visible = visible & _grouped(_pairwise_block(mask, i, j, cq, ck), kv_heads)
   return visible

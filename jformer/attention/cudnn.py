@@ -9,6 +9,7 @@ How the request is expressed the way cuDNN takes it (jax's cuDNN path takes `is_
 `query_seq_lengths`/`key_value_seq_lengths`, a bias and a boolean mask, which it turns into a dense additive
 bias):
 - causal: `is_causal` (index-aligned), for self-attention shapes (T == S) only;
+- a window: `local_window_size`, with causal masking only (cuDNN's sliding window looks back: `left`);
 - segment ids: as sequence lengths, which express one example per row followed by padding (right padding) and
   nothing else. Packed rows (several examples per row, the default `data.packing=True`) are not expressible
   this way; jax's API takes no per-segment offsets. The check runs in the graph: a batch with a row that is
@@ -37,7 +38,6 @@ MAX_HEAD_DIM = 256
 
 def limits(query, key, value, *, causal=False, **masking) -> str | None:
   """Why cuDNN cannot run this call (see the module doc), None if it can."""
-  del masking
   if query.dtype not in DTYPES:
     return f"cuDNN flash attention takes bfloat16 or float16 inputs, got {query.dtype}"
   head_dim = query.shape[-1]
@@ -48,6 +48,8 @@ def limits(query, key, value, *, causal=False, **masking) -> str | None:
   if causal and query.shape[1] != key.shape[1]:
     return f"its causal mask is index-aligned for self-attention shapes only (T == S), got T={query.shape[1]}, " \
            f"S={key.shape[1]}"
+  if masking.get("window") is not None and not causal:
+    return "cuDNN takes a sliding window only with causal masking (a window that looks back)"
   return None
 
 
@@ -71,15 +73,16 @@ def padding_lengths(q_segment_ids: jax.Array, kv_segment_ids: jax.Array) -> tupl
   return q_lengths, kv_lengths, expressible
 
 
-@register("cudnn", supports={"causal", "segment_ids", "gqa"}, weights=softmax_weights, platforms={"gpu"}, limits=limits,
-          auto_priority=20)
+@register("cudnn", supports={"causal", "segment_ids", "gqa", "window"}, weights=softmax_weights, platforms={"gpu"},
+          limits=limits, auto_priority=20)
 def cudnn(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
-          kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None):
-  """cuDNN flash attention (NVIDIA GPUs): causal, right padding as sequence lengths (packed rows -> NaN), GQA.
+          kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, window=None):
+  """cuDNN flash attention (NVIDIA GPUs): causal, causal window, right padding as lengths (packed rows: NaN), GQA.
 
   Args:
-    query `[B, T, H, D]`, key `[B, S, K, D]`, value `[B, S, K, D]` (H % K == 0), causal and the segment ids of
-    the variant signature (`jformer/attention/__init__.py`); `limits` and the registry refuse the rest.
+    query `[B, T, H, D]`, key `[B, S, K, D]`, value `[B, S, K, D]` (H % K == 0), causal, the segment ids and
+    the window (with causal) of the variant signature (`jformer/attention/__init__.py`); `limits` and the
+    registry refuse the rest.
 
   Returns:
     `[B, T, H, D]`; all NaN when the segment ids are not right padding (`padding_lengths`).
@@ -88,10 +91,13 @@ def cudnn(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids
   if jax.default_backend() != "gpu":
     raise ValueError(f"attention variant 'cudnn' runs only on NVIDIA GPUs (cuDNN); JAX's backend is "
                      f"'{jax.default_backend()}'. Use 'auto', which picks the kernel for the backend.")
+  local_window_size = None if window is None else (window[0], 0)  # causal (`limits`): the left side only.
   if q_segment_ids is None:
-    return jax.nn.dot_product_attention(query, key, value, is_causal=causal, implementation="cudnn")
+    return jax.nn.dot_product_attention(query, key, value, is_causal=causal, local_window_size=local_window_size,
+                                        implementation="cudnn")
   q_lengths, kv_lengths, expressible = padding_lengths(*(jnp.broadcast_to(ids, (query.shape[0], x.shape[1]))
                                                          for ids, x in ((q_segment_ids, query), (kv_segment_ids, key))))
   out = jax.nn.dot_product_attention(query, key, value, is_causal=causal, query_seq_lengths=q_lengths,
-                                     key_value_seq_lengths=kv_lengths, implementation="cudnn")
+                                     key_value_seq_lengths=kv_lengths, local_window_size=local_window_size,
+                                     implementation="cudnn")
   return jnp.where(expressible, out, jnp.asarray(jnp.nan, out.dtype))

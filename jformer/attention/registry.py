@@ -27,16 +27,18 @@ from jformer.registry import Param, Registry, caller, check_options, first_line,
 #   gqa          key/value with K heads, H % K == 0 (grouped-query / multi-query attention), taken as they are;
 #                every variant accepts K < H: for one that does not declare it the registry repeats the heads
 #   softcap      `logits_softcap` > 0: the logits (before the bias) become cap * tanh(logits / cap) (Gemma 2)
-FEATURES = ("causal", "segment_ids", "positions", "mask", "bias", "dropout", "decode", "gqa", "softcap")
+#   window       `window=(left, right)`: key j visible to query i only if position(i) - left <= position(j) <=
+#                position(i) + right (sliding window: `local`, Mistral, Gemma 2; `ops.masks.window_mask`)
+FEATURES = ("causal", "segment_ids", "positions", "mask", "bias", "dropout", "decode", "gqa", "softcap", "window")
 
 # The keyword arguments of the one variant signature (see `jformer/attention/__init__.py`), with their defaults.
 MASKING = dict(causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None, kv_positions=None,
-               mask=None, bias=None)
+               mask=None, bias=None, window=None)
 SIGNATURE = dict(MASKING, dropout_rate=0.0, dropout_rng=None, logits_softcap=0.0)
 
 # Arguments of the signature that only a variant declaring their feature takes (and sees): the variants written
 # before the feature existed keep their signature, and a call asking for the feature is refused by them as usual.
-FEATURE_ARGUMENTS = {"logits_softcap": "softcap"}
+FEATURE_ARGUMENTS = {"logits_softcap": "softcap", "window": "window"}
 
 # Keyword arguments a variant function may take that are not options: its declared parameters, and the mesh a
 # kernel runs per device on (`jformer.axes.Placement`, or None).
@@ -269,7 +271,7 @@ def kernels(backend: str) -> list[AttentionVariant]:
 
 def requested_features(*, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
                        kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None,
-                       logits_softcap=0.0) -> set[str]:
+                       logits_softcap=0.0, window=None) -> set[str]:
   """The FEATURES a call with these keyword arguments uses (decode and gqa are shapes, not arguments)."""
   del dropout_rng
   used = {"causal"} if causal else set()
@@ -285,6 +287,8 @@ def requested_features(*, causal=False, q_segment_ids=None, kv_segment_ids=None,
     used.add("dropout")
   if logits_softcap:
     used.add("softcap")
+  if window is not None:
+    used.add("window")
   return used
 
 

@@ -21,8 +21,8 @@ from jformer.attention import blockwise
 from jformer.attention.registry import MASKING
 from jformer.ops.masks import attention_mask
 
-# What a similarity variant supports: everything but dropout (the blockwise engine has none).
-FEATURES = frozenset({"causal", "segment_ids", "positions", "mask", "bias", "decode"})
+# What a similarity variant supports: everything but dropout (the blockwise engine has none) and the soft-cap.
+FEATURES = frozenset({"causal", "segment_ids", "positions", "mask", "bias", "decode", "window"})
 
 Project = Callable[..., tuple]
 Score = Callable[..., jax.Array]

@@ -6,10 +6,12 @@ interpreter on CPU, which is how the variant matrix checks it); it takes separat
 call too, but no grouped-query heads; `tokamax` (PyPI) carries splash as well but pins its own jax/flax and
 its API is still moving.
 
-What it takes: causal masking by index (key j visible to query i iff j <= i), segment ids (query and key/value
-separately; equal ids attend, padding is id 0), K < H key/value heads. What it does not: masking by explicit
-positions (decode steps; packed training rows come without them), a mask, a bias, dropout; the registry refuses
-those and `auto` falls back. Lengths are padded to whole blocks (multiples of 128, the TPU lane width the kernel
+What it takes: causal masking by index (key j visible to query i iff j <= i), a sliding window by index (its
+`LocalMask`; with causal masking the window's left side only), segment ids (query and key/value separately;
+equal ids attend, padding is id 0), a logit soft-cap, K < H key/value heads. What it does not: masking by
+explicit positions (decode steps; packed training rows come without them), a mask, a bias, dropout; the
+registry refuses those and `auto` falls back. The kernel skips the blocks its mask leaves empty (the causal
+future, outside the window). Lengths are padded to whole blocks (multiples of 128, the TPU lane width the kernel
 requires even in the interpreter); the padding is segment id 0. On a device mesh each device runs the kernel on
 its share of the batch and heads (`jformer.attention.sharded`: `jit` does not partition a Pallas call by
 itself). On TPU it compiles with Mosaic; where it has run: docs/results/support.md.
@@ -29,16 +31,20 @@ from jformer.attention.registry import register, softmax_weights
 LANES = 128  # splash's key blocks must be multiples of the TPU lane width.
 
 
-@register("splash", supports={"causal", "segment_ids", "gqa"}, weights=softmax_weights, platforms={"tpu"},
+@register("splash", supports={"causal", "segment_ids", "gqa", "softcap", "window"}, weights=softmax_weights,
+          platforms={"tpu"},
           auto_priority=10, example_options=dict(block_q=128, block_kv=128))
 def splash(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
-           kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, mesh=None, block_q=512,
-           block_kv=512, interpret=None):
-  """Pallas TPU splash attention (fwd + bwd kernels); segment ids, causal by index, GQA; interpreted off TPU.
+           kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, logits_softcap=0.0,
+           window=None, mesh=None, block_q=512, block_kv=512, interpret=None):
+  """Pallas TPU splash attention (fwd + bwd): segment ids, causal and window by index, soft-cap, GQA.
+
+  Off TPU it runs in the Pallas interpreter (`interpret`).
 
   Args:
-    query `[B, T, H, D]`, key `[B, S, K, D]`, value `[B, S, K, Dv]` (H % K == 0), causal and the segment ids of
-    the variant signature (`jformer/attention/__init__.py`); the other features are refused before the call.
+    query `[B, T, H, D]`, key `[B, S, K, D]`, value `[B, S, K, Dv]` (H % K == 0), causal, the segment ids,
+    logit soft-cap and window of the variant signature (`jformer/attention/__init__.py`); the other features
+    are refused before the call.
     block_q, block_kv: tile sizes (options), multiples of 128; a length shorter than a tile gets one tile of its
       length rounded up to 128.
     mesh: the mesh to run on, each device on its share of the batch and heads (`sharded.per_device`); None =
@@ -51,12 +57,13 @@ def splash(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_id
   del q_positions, kv_positions, mask, bias, dropout_rate, dropout_rng  # refused by the registry when given.
   if interpret is None:
     interpret = jax.default_backend() != "tpu"
-  kernel = functools.partial(_splash, causal=causal, block_q=block_q, block_kv=block_kv, interpret=interpret)
+  kernel = functools.partial(_splash, causal=causal, window=window, softcap=float(logits_softcap), block_q=block_q,
+                             block_kv=block_kv, interpret=interpret)
   return sharded.per_device(kernel, query, key, value, q_segment_ids, kv_segment_ids, mesh=mesh)
 
 
-def _splash(query, key, value, q_segment_ids, kv_segment_ids, *, causal: bool, block_q: int, block_kv: int,
-            interpret: bool) -> jax.Array:
+def _splash(query, key, value, q_segment_ids, kv_segment_ids, *, causal: bool, window, softcap: float,
+            block_q: int, block_kv: int, interpret: bool) -> jax.Array:
   """The kernel on one device's arrays (shapes and arguments as `splash`'s)."""
   batch, q_len, heads, head_dim = query.shape
   kv_len = key.shape[1]
@@ -67,12 +74,12 @@ def _splash(query, key, value, q_segment_ids, kv_segment_ids, *, causal: bool, b
     segment_ids = sa.SegmentIds(_padded_ids(q_segment_ids, batch, q_len, q_pad),
                                 _padded_ids(kv_segment_ids, batch, kv_len, kv_pad))
   shape = (q_len + q_pad, kv_len + kv_pad)
-  head_mask = sa.CausalMask(shape) if causal else sa.FullMask(shape)
+  head_mask = _head_mask(shape, causal, window)
   blocks = sa.BlockSizes(block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv, block_q_dkv=block_q,
                          block_kv_dkv=block_kv, block_kv_dkv_compute=block_kv, block_q_dq=block_q,
                          block_kv_dq=block_kv)
   kernel = sa.make_splash_mha(sa.MultiHeadMask([head_mask] * heads), block_sizes=blocks, head_shards=1,
-                              q_seq_shards=1, interpret=interpret)
+                              q_seq_shards=1, interpret=interpret, attn_logits_soft_cap=softcap or None)
   # The kernel takes one example, heads first: q [H, T, D], k/v [K, S, D]; it does not scale the logits.
   q_BxHxTxD = jnp.pad(query * jnp.asarray(head_dim**-0.5, query.dtype),
                       ((0, 0), (0, q_pad), (0, 0), (0, 0))).transpose(0, 2, 1, 3)
@@ -84,6 +91,15 @@ def _splash(query, key, value, q_segment_ids, kv_segment_ids, *, causal: bool, b
     out = jax.vmap(lambda q, k, v, ids: kernel(q, k, v, segment_ids=ids))(q_BxHxTxD, k_BxKxSxD, v_BxKxSxD,
                                                                             segment_ids)
   return out.transpose(0, 2, 1, 3)[:, :q_len]
+
+
+def _head_mask(shape: tuple[int, int], causal: bool, window):
+  """One head's mask: splash's `LocalMask` for a window (index i - left <= j <= i + right, right = 0 when causal),
+  else `CausalMask` or `FullMask`."""
+  if window is not None:
+    left, right = window
+    return sa.LocalMask(shape, window_size=(left, 0 if causal else right), offset=0)
+  return sa.CausalMask(shape) if causal else sa.FullMask(shape)
 
 
 def _round_up(length: int, multiple: int) -> int:

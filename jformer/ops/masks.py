@@ -57,39 +57,44 @@ def segment_mask(q_segment_ids: jax.Array, kv_segment_ids: jax.Array | None = No
   return same & (kv_segment_ids != 0)[:, None, None, :]
 
 
-def sliding_window_mask(q_positions: jax.Array, kv_positions: jax.Array | None, window_size: int, *,
-                        causal: bool) -> jax.Array:
-  """Local attention: key j is visible to query i iff |position(i) - position(j)| < window_size.
+def window_mask(q_positions: jax.Array, kv_positions: jax.Array | None, window: tuple[int, int]) -> jax.Array:
+  """Sliding window: key j is visible to query i iff position(i) - left <= position(j) <= position(i) + right.
 
-  With `causal` the window only looks back: 0 <= position(i) - position(j) < window_size.
+  `window = (left, right)`, the keys seen before and after a query (Longformer, Beltagy et al. 2020; Mistral;
+  Gemma 2); with causal masking only `left` matters. `local` attention of window size w is (w - 1, w - 1), the
+  convention of `jax.nn.dot_product_attention(local_window_size=)` and splash's `LocalMask`.
 
   Args:
     q_positions: `[B, T]` (or `[T]`, or an int length for `arange`).
     kv_positions: `[B, S]` (or `[S]`, or an int length); defaults to `q_positions`.
-    window_size: the window, >= 1 (1 = each query sees only its own position).
-    causal: whether the window excludes later positions.
+    window: (left, right), ints >= 0 ((0, 0): each query sees only its own position).
 
   Returns:
     `[B, 1, T, S]` (`[1, 1, T, S]` for 1-D positions).
   """
   q_pos = _as_positions(q_positions)
   kv_pos = q_pos if kv_positions is None else _as_positions(kv_positions)
-  distance = q_pos[:, None, :, None] - kv_pos[:, None, None, :]
-  if causal:
-    return (distance >= 0) & (distance < window_size)
-  return jnp.abs(distance) < window_size
+  return _in_window(q_pos[:, None, :, None], kv_pos[:, None, None, :], window)
+
+
+def _in_window(q_pos, kv_pos, window: tuple[int, int]) -> jax.Array:
+  left, right = window
+  return (kv_pos >= q_pos - left) & (kv_pos <= q_pos + right)
 
 
 def visible_keys(q_segment_ids: jax.Array, kv_segment_ids: jax.Array, q_positions: jax.Array | None = None,
-                 kv_positions: jax.Array | None = None) -> jax.Array:
+                 kv_positions: jax.Array | None = None, *, causal: bool = True,
+                 window: tuple[int, int] | None = None) -> jax.Array:
   """The rule of `attention_mask` for per-token arrays with any leading dims (blocks, kernels).
 
-  Key j is visible to query i iff the segments match and are non-zero, and, when positions are given (causal),
-  position(j) <= position(i).
+  Key j is visible to query i iff the segments match and are non-zero, and, when positions are given,
+  position(j) <= position(i) (if `causal`) and position(j) is within `window` of position(i) (if given,
+  `window_mask`).
 
   Args:
     q_segment_ids: `[..., T]` ints; kv_segment_ids: `[..., S]`.
-    q_positions, kv_positions: `[..., T]`, `[..., S]`, or None for no causal rule.
+    q_positions, kv_positions: `[..., T]`, `[..., S]`, or None for no rule by position.
+    causal, window: the rules by position (read only when positions are given).
 
   Returns:
     `[..., T, S]` boolean.
@@ -97,7 +102,11 @@ def visible_keys(q_segment_ids: jax.Array, kv_segment_ids: jax.Array, q_position
   kv_segments = kv_segment_ids[..., None, :]
   visible = (q_segment_ids[..., :, None] == kv_segments) & (kv_segments != 0)
   if q_positions is not None:
-    visible = visible & (kv_positions[..., None, :] <= q_positions[..., :, None])
+    q_pos, kv_pos = q_positions[..., :, None], kv_positions[..., None, :]
+    if causal:
+      visible = visible & (kv_pos <= q_pos)
+    if window is not None:
+      visible = visible & _in_window(q_pos, kv_pos, window)
   return visible
 
 
@@ -129,11 +138,13 @@ def attention_mask(
     q_positions: jax.Array | None = None,
     kv_positions: jax.Array | None = None,
     mask: jax.Array | None = None,
+    window: tuple[int, int] | None = None,
 ) -> jax.Array | None:
   """The full boolean mask that the attention-variant arguments describe (see `jformer.attention`).
 
   Key j is visible to query i iff segments match and are non-zero (when segment ids are given), position(j)
-  <= position(i) (when `causal`; positions default to `arange`), and `mask` allows it (when given).
+  <= position(i) (when `causal`; positions default to `arange`), position(j) is within `window` of position(i)
+  (when given, `window_mask`), and `mask` allows it (when given).
 
   Returns:
     `[B or 1, 1 or H, T, S]` boolean, or None when nothing is masked.
@@ -143,8 +154,7 @@ def attention_mask(
     if q_segment_ids is None or kv_segment_ids is None:
       raise ValueError("q_segment_ids and kv_segment_ids must be given together")
     segments = segment_mask(q_segment_ids, kv_segment_ids)
-  causal_part = None
-  if causal:
-    causal_part = causal_mask(q_len if q_positions is None else q_positions,
-                              kv_len if kv_positions is None else kv_positions)
-  return combine_masks(segments, causal_part, mask)
+  q_pos, kv_pos = q_len if q_positions is None else q_positions, kv_len if kv_positions is None else kv_positions
+  causal_part = causal_mask(q_pos, kv_pos) if causal else None
+  window_part = window_mask(q_pos, kv_pos, window) if window is not None else None
+  return combine_masks(segments, causal_part, window_part, mask)
