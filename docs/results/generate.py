@@ -186,6 +186,9 @@ CAPTIONS = {
     "train_step_similarity.json": "The similarity-function variants at TINY (the paper's Sec. 3.2.1 comparison).",
     "attention_similarity.json": "The similarity functions on the chunked engine against `chunked` and the dense "
                                  "reference, at 2048 tokens.",
+    "attention_window.json": "A sliding window as data: `local` with a window of 128 (run by `auto` on CPU as "
+                             "`chunked` with `window=(127, 127)`, skipping the blocks outside it) against `chunked` "
+                             "without a window and the dense reference, causal, at 2,048 and 8,192 tokens.",
 }
 
 
