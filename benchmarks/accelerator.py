@@ -5,8 +5,8 @@ misses its tolerance.
 1. Attention: each library kernel of this backend (those with an `auto_priority`: GPU `cudnn`, `pallas_gpu`; TPU
    `splash`) and `auto`, against `dot_product` computed in float32 on the same (rounded) inputs, in bfloat16 and
    float32, output and gradients wrt query, key and value over the queries that see a key. Calls: causal self-attention
-   with right padding; cross-attention with padding; causal self-attention over packed rows (segment ids, no
-   positions). Error = max |kernel - reference| / max |reference|, per output and per gradient; tolerances
+   with right padding; the same within a sliding window of length / 4 (`local`'s `window=`); cross-attention with
+   padding; causal self-attention over packed rows (segment ids, no positions). Error = max |kernel - reference| / max |reference|, per output and per gradient; tolerances
    (TOLERANCE): bfloat16 3e-2 (output), 6e-2 (gradients); float32 1e-2 for both (GPU kernels may run float32
    matmuls in TF32, TPUs in bfloat16 passes at default precision). A call a kernel cannot express is listed as
    refused with its reason (e.g. cuDNN in float32), and `cudnn` is not given packed rows (it returns NaN for
@@ -77,7 +77,10 @@ def attention_calls(sizes: Sizes, dtype):
   source_padding = (jnp.arange(s)[None] < jnp.array([[s], [s - s // 4]] * (b // 2) + [[s]] * (b % 2))).astype(
       jnp.int32)
   packed = (1 + (jnp.arange(t) >= t // 3) + (jnp.arange(t) >= t // 2))[None].repeat(b, 0) * padding
+  window = (t // 4 - 1, t // 4 - 1)
   return {"self causal, padding": (q, k, v, dict(causal=True, q_segment_ids=padding, kv_segment_ids=padding)),
+          f"self causal, window {t // 4}, padding": (q, k, v, dict(causal=True, q_segment_ids=padding,
+                                                                  kv_segment_ids=padding, window=window)),
           "cross, padding": (q, source_k, source_v, dict(q_segment_ids=padding, kv_segment_ids=source_padding)),
           "self causal, packed rows": (q, k, v, dict(causal=True, q_segment_ids=packed, kv_segment_ids=packed))}
 

@@ -6,7 +6,9 @@ only in their seeds (swept keys ending in `.seed`), the seeds' mean beside each 
 
 A row is named by the sweep file's `row_of(overrides)` where it defines one, else by its point name less the seeds.
 Columns: valid bits per byte (mean, each seed, max - min), test bits per byte at each context of
-`test_bits_per_byte_at` (mean), the steps trained (a time budget plans them per point) and tokens/s (means). The
+`test_bits_per_byte_at` (mean), the steps trained (a time budget plans them per point), tokens/s and the compiled
+train step's temporary memory (means), and with `--decode_cache_at=N` the decode cache of one row of N positions of
+the row's model (computed from its shapes, `jax.eval_shape`: nothing runs; for language models). The
 figure: each seed's valid bits per byte per row, and test bits per byte against context (the seeds' mean). The
 JSON's `title`, `setup` and `findings` (what the table shows, written after reading it) come from `--title`,
 `--setup` and `--findings` (a text file, one finding per line), or are kept from the JSON already there.
@@ -30,8 +32,9 @@ def is_seed(key: str) -> bool:
   return key == "seed" or key.endswith(".seed")
 
 
-def groups(sweep, rows: list[dict], row_of) -> dict[str, list[dict]]:
-  """{row name: the report rows of its points (one per seed)}, in the sweep's order; every point finished."""
+def groups(sweep, rows: list[dict], row_of, root: str) -> dict[str, list[dict]]:
+  """{row name: the report rows of its points (one per seed), each with its `workdir`}, in the sweep's order;
+  every point finished."""
   grouped: dict[str, list[dict]] = {}
   from launch import runs
 
@@ -40,12 +43,33 @@ def groups(sweep, rows: list[dict], row_of) -> dict[str, list[dict]]:
       raise SystemExit(f"point {point.name} is {row['status']}, not done: run the sweep to its end first")
     block = {key: value for key, value in point.overrides.items() if not is_seed(key)}
     name = row_of(block) if row_of else ",".join(p for p in point.name.split(",") if not is_seed(p.split("=")[0]))
-    grouped.setdefault(name or "base", []).append(row)
+    grouped.setdefault(name or "base", []).append({**row, "workdir": sweep.workdir(root, point)})
   return grouped
 
 
-def summarize(grouped: dict[str, list[dict]]) -> tuple[list[str], list[dict]]:
-  """(contexts, one summary per row: seeds' valid bits per byte, means of the test contexts, steps, tokens/s)."""
+def decode_cache_mib(workdir: str, length: int) -> float:
+  """MiB of the decode cache of one row of `length` positions for the language model a run trained (its config,
+  `max_length` raised to `length` where shorter), from shapes alone."""
+  import math
+
+  import jax
+  import jax.numpy as jnp
+
+  from jformer import config as config_lib
+  from jformer.decode import generator
+  from jformer.models import LanguageModel, TransformerConfig
+
+  model_config = config_lib.load_run(workdir).model.to_dict()
+  model_config["max_length"] = max(length, model_config["max_length"])
+  model = LanguageModel(TransformerConfig.from_config(model_config))
+  params = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.ones((1, 8), jnp.int32))["params"])
+  cache = jax.eval_shape(lambda p: generator.init_cache(model, p, 1, length), params)
+  return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(cache)) / 2**20
+
+
+def summarize(grouped: dict[str, list[dict]], decode_cache_at: int = 0) -> tuple[list[str], list[dict]]:
+  """(contexts, one summary per row: seeds' valid bits per byte, means of the test contexts, steps, tokens/s, step
+  memory; the decode cache at `decode_cache_at` positions when > 0)."""
   contexts = sorted({column[len(PREFIX):] for rows in grouped.values() for column in rows[0]
                      if column.startswith(PREFIX)}, key=int)
   summaries = []
@@ -56,17 +80,25 @@ def summarize(grouped: dict[str, list[dict]]) -> tuple[list[str], list[dict]]:
         "test": {c: statistics.fmean(row[PREFIX + c] for row in rows) for c in contexts},
         "steps": statistics.fmean(row["step"] for row in rows),
         "tokens_per_second": statistics.fmean(row["tokens_per_second"] for row in rows),
+        "step_temp_mib": (statistics.fmean(row["step_temp_mib"] for row in rows)
+                          if all(row.get("step_temp_mib") is not None for row in rows) else None),
+        "decode_cache_mib": decode_cache_mib(rows[0]["workdir"], decode_cache_at) if decode_cache_at else None,
         "xz": rows[0].get("xz_bits_per_byte")})
   return contexts, summaries
 
 
-def table(contexts: list[str], summaries: list[dict]) -> tuple[list[str], list[list[str]]]:
+def table(contexts: list[str], summaries: list[dict], decode_cache_at: int = 0) -> tuple[list[str], list[list[str]]]:
   xz = summaries[0]["xz"]
+  memory = all(s["step_temp_mib"] is not None for s in summaries)
   headers = ["block", f"valid bpb (xz -9: {xz:.3f})" if xz else "valid bpb", "seeds", "seed spread",
-             *(f"test bpb @{c}" if i == 0 else f"@{c}" for i, c in enumerate(contexts)), "steps", "tokens/s"]
+             *(f"test bpb @{c}" if i == 0 else f"@{c}" for i, c in enumerate(contexts)), "steps", "tokens/s",
+             *(["step temp MiB"] if memory else []),
+             *([f"decode cache MiB @{decode_cache_at} (1 row)"] if decode_cache_at else [])]
   rows = [[s["row"], f"{s['valid_mean']:.3f}", " / ".join(f"{v:.3f}" for v in s["valid"]),
            f"{max(s['valid']) - min(s['valid']):.3f}", *(f"{s['test'][c]:.3f}" for c in contexts),
-           f"{s['steps']:.0f}", f"{s['tokens_per_second']:,.0f}"] for s in summaries]
+           f"{s['steps']:.0f}", f"{s['tokens_per_second']:,.0f}",
+           *([f"{s['step_temp_mib']:.1f}"] if memory else []),
+           *([f"{s['decode_cache_mib']:.2f}"] if decode_cache_at else [])] for s in summaries]
   return headers, rows
 
 
@@ -115,6 +147,8 @@ def main():
   parser.add_argument("--title", default="", help="the table's title (default: kept from --json)")
   parser.add_argument("--setup", default="", help="what was run (default: kept from --json)")
   parser.add_argument("--findings", default="", help="text file, one finding per line (default: kept from --json)")
+  parser.add_argument("--decode_cache_at", type=int, default=0, help="add the decode cache of one row of this many "
+                      "positions per row (language models; 0: no such column)")
   args = parser.parse_args()
   common.setup()
   from launch import report
@@ -122,8 +156,9 @@ def main():
 
   sweep = sweep_lib.load(args.sweep)
   row_of = runpy.run_path(args.sweep).get("row_of")
-  contexts, summaries = summarize(groups(sweep, report.collect(sweep, args.root)[0], row_of))
-  headers, rows = table(contexts, summaries)
+  contexts, summaries = summarize(groups(sweep, report.collect(sweep, args.root)[0], row_of, args.root),
+                                  args.decode_cache_at)
+  headers, rows = table(contexts, summaries, args.decode_cache_at)
   print(common.markdown_table(headers, rows))
   kept = json.loads(pathlib.Path(args.json).read_text()) if os.path.exists(args.json) else {}
   findings = (pathlib.Path(args.findings).read_text().strip().splitlines() if args.findings

@@ -153,3 +153,10 @@ def test_long_sequence_runs_blockwise_in_linear_memory():
   temp = {name: step.memory_analysis().temp_size_in_bytes for name, step in compiled.items()}
   assert temp["auto"] == temp["chunked"] < temp["dot_product"] / 4
   np.testing.assert_allclose(compiled["auto"](q), compiled["dot_product"](q), atol=1e-5)
+
+
+@pytest.mark.parametrize("window", [(3,), (-1, 2), (1.5, 2), 4])
+def test_a_malformed_window_is_refused_naming_the_form(window):
+  q, k, v = (jax.random.normal(jax.random.PRNGKey(i), (1, 8, 2, 8)) for i in range(3))
+  with pytest.raises(ValueError, match=r"'chunked': window=.* must be \(left, right\), two ints >= 0"):
+    attention.get("chunked").fn(q, k, v, window=window)

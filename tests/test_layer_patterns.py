@@ -214,3 +214,36 @@ def test_pattern_sweep_expands_to_each_pattern_and_the_hybrid_with_two_seeds(rep
   hybrid = config_lib.load(repo_root / patterns.base, {k: sweep.cli_value(v) for k, v in {
       **patterns.fixed, **patterns.points[-1].overrides}.items()})
   assert set(hybrid.model.layer_kinds) == {"linear", "global"} and hybrid.model.num_decoder_layers == 6
+
+
+@pytest.mark.integration  # six models' shapes traced (about 20 s).
+def test_pattern_sweep_record_names_rows_and_sizes_their_decode_caches(repo_root, monkeypatch, tmp_path):
+  """The record's rows are the patterns' names, and its decode-cache column is what each layer keeps: at 4,096
+  positions a global layer every key and value (2 x 4096 x d_model float32 = 8 MiB), a local one 128 of them,
+  a linear one its fixed state."""
+  import runpy
+
+  from launch import sweep
+  from jformer.train import loop
+
+  monkeypatch.chdir(repo_root)
+  monkeypatch.syspath_prepend(str(repo_root / "benchmarks"))
+  import record_sweep
+
+  patterns = sweep.load("configs/sweeps/lm_patterns.py")
+  row_of = runpy.run_path("configs/sweeps/lm_patterns.py")["row_of"]
+  cache = {}
+  for point in patterns.points[::2]:
+    block = {k: v for k, v in point.overrides.items() if not record_sweep.is_seed(k)}
+    workdir = tmp_path / point.name
+    workdir.mkdir()
+    loop.write_config(config_lib.load(repo_root / patterns.base, {k: sweep.cli_value(v) for k, v in {
+        **patterns.fixed, **point.overrides}.items()}), workdir)
+    cache[row_of(block)] = record_sweep.decode_cache_mib(str(workdir), 4096)
+  assert list(cache) == ["all global", "1:1", "3:1", "5:1", "hybrid (linear, linear, softmax)"]
+  full, window = 2 * 4096 * 256 * 4 / 2**20, 2 * 128 * 256 * 4 / 2**20  # MiB per layer (d_model 256, float32)
+  assert cache["all global"] == pytest.approx(6 * full, rel=1e-3)
+  assert cache["1:1"] == pytest.approx(3 * full + 3 * window, rel=1e-3)
+  assert cache["3:1"] == pytest.approx(full + 5 * window, rel=1e-3)  # local x 3, global, local x 2: one global
+  assert cache["5:1"] == pytest.approx(full + 5 * window, rel=1e-3)
+  assert 2 * full < cache["hybrid (linear, linear, softmax)"] < 2 * full + 4 * window

@@ -76,21 +76,22 @@ def test_record_groups_seeds_into_rows_with_mean_and_spread(tmp_path, monkeypatc
     bits = valid[point["model.norm"], point["train.seed"]]
     write_point(tmp_path, name, {"step": 100 + point["train.seed"], "eval_bits_per_byte": bits,
                                  "xz_bits_per_byte": 2.0914, "test_bits_per_byte_at": {"512": bits + 1, "256": bits},
-                                 "tokens_per_second": 1000.0 * (1 + point["train.seed"])})
+                                 "tokens_per_second": 1000.0 * (1 + point["train.seed"]),
+                                 "step_temp_mib": 10.0 + point["train.seed"]})
   blocks = sweep.Sweep("blocks", "configs/lm_demo.py", {}, tuple(sweep.Point(n, p, 100) for n, p in zip(names,
                                                                                                       points)))
-  grouped = record_sweep.groups(blocks, report.collect(blocks, str(tmp_path))[0], row_of=None)
+  grouped = record_sweep.groups(blocks, report.collect(blocks, str(tmp_path))[0], row_of=None, root=str(tmp_path))
   assert list(grouped) == ["norm=post", "norm=pre"] and all(len(rows) == 2 for rows in grouped.values())
   contexts, summaries = record_sweep.summarize(grouped)
   assert contexts == ["256", "512"]
   headers, rows = record_sweep.table(contexts, summaries)
   assert headers == ["block", "valid bpb (xz -9: 2.091)", "seeds", "seed spread", "test bpb @256", "@512", "steps",
-                     "tokens/s"]
-  assert rows[0] == ["norm=post", "2.125", "2.000 / 2.250", "0.250", "2.125", "3.125", "100", "1,500"]
+                     "tokens/s", "step temp MiB"]
+  assert rows[0] == ["norm=post", "2.125", "2.000 / 2.250", "0.250", "2.125", "3.125", "100", "1,500", "10.5"]
   assert rows[1][1:4] == ["1.531", "1.500 / 1.562", "0.062"]
   record_sweep.plot(contexts, summaries, str(tmp_path / "blocks.png"), "blocks")
   assert (tmp_path / "blocks.png").read_bytes().startswith(b"\x89PNG")
 
   (tmp_path / "blocks" / names[3] / runs.RESULTS).unlink()  # a point not finished: nothing is recorded.
   with pytest.raises(SystemExit, match="not done: run the sweep to its end first"):
-    record_sweep.groups(blocks, report.collect(blocks, str(tmp_path))[0], row_of=None)
+    record_sweep.groups(blocks, report.collect(blocks, str(tmp_path))[0], row_of=None, root=str(tmp_path))

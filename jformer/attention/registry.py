@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import numbers
 from typing import Any, Callable, Mapping
 
 import jax
@@ -328,6 +329,10 @@ def _guarded(name: str, declared: frozenset, params: Mapping[str, Param], option
     arguments = {k: kwargs.pop(k) for k in SIGNATURE if k in kwargs}
     if (arguments.get("q_segment_ids") is None) != (arguments.get("kv_segment_ids") is None):
       raise ValueError(f"attention variant '{name}': q_segment_ids and kv_segment_ids must be given together")
+    window = arguments.get("window")
+    if window is not None and not _is_window(window):
+      raise ValueError(f"attention variant '{name}': window={window!r} must be (left, right), two ints >= 0: the "
+                       "keys seen before and after each query (a window size w is (w - 1, w - 1))")
     refused = sorted(requested_features(**arguments) - declared)
     if refused:
       raise ValueError(f"attention variant '{name}' does not support {refused}, which this call asks for; it "
@@ -347,6 +352,12 @@ def _guarded(name: str, declared: frozenset, params: Mapping[str, Param], option
     return fn(query, key, *value, **arguments, **kwargs)
 
   return call
+
+
+def _is_window(window) -> bool:
+  """Whether `window` is a `window=` argument: (left, right), two ints >= 0."""
+  return isinstance(window, (tuple, list)) and len(window) == 2 and all(
+      isinstance(w, numbers.Integral) and not isinstance(w, bool) and w >= 0 for w in window)
 
 
 def _without_dropout(weights: Callable) -> Callable:
