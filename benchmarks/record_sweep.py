@@ -56,12 +56,12 @@ def decode_cache_mib(workdir: str, length: int) -> float:
   import jax.numpy as jnp
 
   from jformer import config as config_lib
+  from jformer import tasks
   from jformer.decode import generator
-  from jformer.models import LanguageModel, TransformerConfig
 
-  model_config = config_lib.load_run(workdir).model.to_dict()
-  model_config["max_length"] = max(length, model_config["max_length"])
-  model = LanguageModel(TransformerConfig.from_config(model_config))
+  config = config_lib.load_run(workdir)
+  config.model.max_length = max(length, config.model.max_length)
+  model = tasks.build_model(config)
   params = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.ones((1, 8), jnp.int32))["params"])
   cache = jax.eval_shape(lambda p: generator.init_cache(model, p, 1, length), params)
   return sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(cache)) / 2**20
