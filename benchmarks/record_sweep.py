@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import pathlib
-import runpy
 import statistics
 
 import common
@@ -155,8 +154,7 @@ def main():
   from launch import sweep as sweep_lib
 
   sweep = sweep_lib.load(args.sweep)
-  row_of = runpy.run_path(args.sweep).get("row_of")
-  contexts, summaries = summarize(groups(sweep, report.collect(sweep, args.root)[0], row_of, args.root),
+  contexts, summaries = summarize(groups(sweep, report.collect(sweep, args.root)[0], sweep.row_of, args.root),
                                   args.decode_cache_at)
   headers, rows = table(contexts, summaries, args.decode_cache_at)
   print(common.markdown_table(headers, rows))

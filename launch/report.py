@@ -20,16 +20,18 @@ import sys
 
 from etils import epath
 
-from launch import events, runs
+from launch import best_of, events, runs
 from launch import sweep as sweep_lib
 
 # results.json keys shown, in this order (translation: bleu; language modelling: bits per byte, test at each
 # context of train.eval_lengths, valid, and the xz -9 baseline on valid).
-METRICS = ("step", "train_loss", "eval_loss", "eval_accuracy", "eval_perplexity", "bleu", "test_bits_per_byte_at",
-           "eval_bits_per_byte", "xz_bits_per_byte", "tokens_per_second", "step_temp_mib")
+METRICS = ("step", "train_loss", "eval_loss", "eval_accuracy", "eval_perplexity", "bleu", "test_accuracy",
+           "test_exact_match", "test_bits_per_byte_at", "eval_bits_per_byte", "xz_bits_per_byte", "tokens_per_second",
+           "step_temp_mib", "train_seconds")
 FORMATS = {"train_loss": "{:.4f}", "eval_loss": "{:.4f}", "eval_accuracy": "{:.3f}", "eval_perplexity": "{:.2f}",
            "bleu": "{:.2f}", "test_bits_per_byte": "{:.3f}", "eval_bits_per_byte": "{:.3f}",
-           "xz_bits_per_byte": "{:.3f}", "tokens_per_second": "{:,.0f}", "step_temp_mib": "{:,.1f}", "step": "{:d}"}
+           "xz_bits_per_byte": "{:.3f}", "tokens_per_second": "{:,.0f}", "step_temp_mib": "{:,.1f}", "step": "{:d}",
+           "test_accuracy": "{:.3f}", "test_exact_match": "{:.3f}", "train_seconds": "{:.0f}"}
 CURVES = (("train/loss", "train loss"), ("eval/loss", "eval loss"))
 # The dict-valued metric plotted against its entries (context lengths) in extrapolation.png.
 EXTRAPOLATION = "test_bits_per_byte_at"
@@ -177,13 +179,15 @@ def plot_extrapolation(rows: list[dict], path: epath.PathLike, title: str):
 
 
 def write(sweep: sweep_lib.Sweep, root: str) -> tuple[str, dict[str, str]]:
-  """Writes report.md, report.csv and curves.png (and extrapolation.png when some point has EXTRAPOLATION) into
-  `<root>/<sweep>/` (local or gs://...); returns (markdown table, paths)."""
+  """Writes report.md, report.csv and curves.png (extrapolation.png when some point has EXTRAPOLATION; the best-of
+  table and best.png when the sweep file defines FIGURE, `best_of`) into `<root>/<sweep>/` (local or gs://...);
+  returns (markdown table, paths)."""
   rows, curves = collect(sweep, root)
   folder = epath.Path(root) / sweep.name
   folder.mkdir(parents=True, exist_ok=True)
   extrapolates = any(column.startswith(_stem(EXTRAPOLATION) + "@") for column in rows[0])
-  names = ("report.md", "report.csv", "curves.png") + (("extrapolation.png",) if extrapolates else ())
+  names = (("report.md", "report.csv", "curves.png") + (("extrapolation.png",) if extrapolates else ())
+           + (("best.png",) if sweep.figure else ()))
   paths = {name: os.fspath(folder / name) for name in names}
   table = markdown(rows)
   write_csv(rows, paths["report.csv"])
@@ -192,6 +196,11 @@ def write(sweep: sweep_lib.Sweep, root: str) -> tuple[str, dict[str, str]]:
   if extrapolates:
     plot_extrapolation(rows, paths["extrapolation.png"], f"sweep {sweep.name}: length extrapolation")
     figures += "\n![bits per byte against context length](extrapolation.png)\n"
+  if sweep.figure:
+    groups = best_of.best_points(sweep, rows)
+    best_of.plot(groups, sweep.figure, paths["best.png"], f"sweep {sweep.name}: best {sweep.figure['metric']}")
+    figures += (f"\n## Best {sweep.figure['metric']} per group (best over {sweep.figure['best_over']})\n\n"
+                f"{best_of.markdown(groups, sweep.figure)}\n![best per group](best.png)\n")
   epath.Path(paths["report.md"]).write_text(f"# Sweep `{sweep.name}` on `{sweep.base}`\n\n{table}\n{figures}")
   return table, paths
 

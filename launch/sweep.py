@@ -6,6 +6,10 @@ A sweep file (`configs/sweeps/<name>.py`) defines
     FIXED = {"train.steps": 100}          # optional: overrides for every point (a point's own value wins)
     SLURM = {"nodes": 1, "time": "1:00:00"}        # optional: launch.backends.slurm.Settings fields
     TPU = {"name": "my-v4", "zone": "us-central2-b"}  # optional: launch.backends.tpu_vm.Settings fields
+    FIGURE = {"metric": "test_accuracy", "x": "model.d_model", ...}  # optional: the best-of figure (launch/best_of.py)
+
+    def row_of(overrides):                # optional: the name of a point's row in reports (its seeds left out)
+      return overrides["model.attention"]
 
     def get_sweep():
       return sweep.product(sweep.axis("model.attention", ["dot_product", "xla"]),
@@ -26,7 +30,7 @@ import itertools
 import os
 import pathlib
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 MAX_NAME_LENGTH = 120  # Longer names are cut and end in a hash of the full name.
 
@@ -90,6 +94,8 @@ class Sweep:
   points: tuple[Point, ...]
   slurm: dict[str, Any] = dataclasses.field(default_factory=dict)
   tpu: dict[str, Any] = dataclasses.field(default_factory=dict)
+  figure: dict[str, Any] = dataclasses.field(default_factory=dict)  # FIGURE (launch/best_of.py), if defined
+  row_of: Callable[[dict], str] | None = dataclasses.field(default=None, compare=False)  # the file's row_of
 
   @property
   def keys(self) -> list[str]:
@@ -132,8 +138,10 @@ def load(path: str | os.PathLike) -> Sweep:
   for required in ("BASE", "get_sweep"):
     if not hasattr(module, required):
       raise SweepError(f"sweep file '{file}' defines no {required} (see launch/README.md)")
-  return expand(_path_safe(file.stem), module.BASE, module.get_sweep(), fixed=getattr(module, "FIXED", {}),
-                slurm=getattr(module, "SLURM", {}), tpu=getattr(module, "TPU", {}))
+  expanded = expand(_path_safe(file.stem), module.BASE, module.get_sweep(), fixed=getattr(module, "FIXED", {}),
+                    slurm=getattr(module, "SLURM", {}), tpu=getattr(module, "TPU", {}))
+  return dataclasses.replace(expanded, figure=dict(getattr(module, "FIGURE", {})),
+                             row_of=getattr(module, "row_of", None))
 
 
 def expand(name: str, base: str, points: list[Mapping[str, Any]], *, fixed: Mapping[str, Any] | None = None,

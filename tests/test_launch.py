@@ -367,11 +367,11 @@ def test_report_expands_per_context_results_and_plots_extrapolation(tmp_path, ca
   lines = table.splitlines()  # No point has BLEU or accuracy: no columns for them.
   assert lines[0] == ("| point | model.positional | status | step | train_loss | eval_loss | eval_perplexity | "
                       "test_bits_per_byte@256 | test_bits_per_byte@512 | test_bits_per_byte@1024 | "
-                      "eval_bits_per_byte | xz_bits_per_byte | tokens_per_second | step_temp_mib |")
+                      "eval_bits_per_byte | xz_bits_per_byte | tokens_per_second | step_temp_mib | train_seconds |")
   assert lines[2] == ("| positional=sinusoidal | sinusoidal | done | 150 | 4.5000 | 4.2500 | 70.10 | 2.500 | 3.250 | "
-                      "4.125 | 2.312 | 2.091 | 5,123 | 81.0 |")
+                      "4.125 | 2.312 | 2.091 | 5,123 | 81.0 | 120 |")
   assert lines[3].startswith("| positional=alibi | alibi | done | 150 |") and "| 2.438 | 2.375 | 2.312 |" in lines[3]
-  assert lines[4] == "| positional=learned | learned | running | 100 | 4.0000 |  |  |  |  |  | 2.875 |  |  |  |"
+  assert lines[4] == "| positional=learned | learned | running | 100 | 4.0000 |  |  |  |  |  | 2.875 |  |  |  |  |"
   with open(paths["report.csv"]) as f:
     rows = list(csv.DictReader(f))
   assert [float(rows[1][f"test_bits_per_byte@{n}"]) for n in (256, 512, 1024)] == [2.4375, 2.375, 2.3125]

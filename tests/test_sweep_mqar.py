@@ -20,6 +20,7 @@ def test_mqar_grid_expands_to_every_variant_length_width_and_rate(repo_root, mon
   for point in grid.points:
     o = point.overrides
     assert o["data.dataset_options.seq_len"] == o["data.max_length"] == o["model.max_length"]
+    assert o["data.batch_size"] * o["data.max_length"] == 4096  # the same answers per step at every length
     assert o["model.d_ff"] == 4 * o["model.d_model"]
     seen.add((module["row_of"](o), (o["data.dataset_options.seq_len"], o["data.dataset_options.num_kv_pairs"]),
               o["model.d_model"], o["optimizer.learning_rate_scale"]))
@@ -28,3 +29,44 @@ def test_mqar_grid_expands_to_every_variant_length_width_and_rate(repo_root, mon
   hybrid = config_lib.load(repo_root / grid.base, {k: sweep.cli_value(v) for k, v in grid.points[-1].overrides.items()})
   assert hybrid.model.layer_pattern == ("linear", "softmax") and hybrid.model.num_decoder_layers == 2
   assert hybrid.data.dataset_options.num_kv_pairs == 16 and hybrid.model.d_model == 128
+
+
+def test_report_keeps_the_best_rate_per_group_and_draws_it(tmp_path):
+  """Two rows x two widths x two rates, one panel: each (row, width) keeps its better rate; a group whose points
+  have no accuracy yet is left out; report.md holds the table and best.png the figure."""
+  import json
+
+  from launch import best_of, report, runs, sweep
+
+  points = [{"model.attention": a, "model.d_model": d, "optimizer.learning_rate_scale": lr}
+            for a in ("dot_product", "linear") for d in (32, 64) for lr in (0.1, 0.6)]
+  accuracy = {("dot_product", 32, 0.1): 0.5, ("dot_product", 32, 0.6): 0.9, ("dot_product", 64, 0.1): 1.0,
+              ("dot_product", 64, 0.6): 0.2, ("linear", 32, 0.1): 0.1, ("linear", 32, 0.6): 0.3}
+  names = sweep.point_names(points)
+  for name, point in zip(names, points):
+    workdir = tmp_path / "grid" / name
+    workdir.mkdir(parents=True)
+    value = accuracy.get(tuple(point.values()))
+    if value is not None:  # linear at width 64 has not finished.
+      (workdir / runs.RESULTS).write_text(json.dumps({"step": 10, "test_accuracy": value, "train_seconds": 12.0}))
+      (workdir / runs.EXIT_CODE).write_text("0\n")
+  grid = sweep.Sweep("grid", "configs/mqar.py", {}, tuple(sweep.Point(n, p, 10) for n, p in zip(names, points)),
+                     figure={"metric": "test_accuracy", "x": "model.d_model", "panels": (),
+                             "best_over": "optimizer.learning_rate_scale"},
+                     row_of=lambda overrides: overrides["model.attention"])
+  groups = best_of.best_points(grid, report.collect(grid, str(tmp_path))[0])
+  assert [(g["row"], g["x"], g["value"], g["best_over"]) for g in groups] == [
+      ("dot_product", 32, 0.9, 0.6), ("dot_product", 64, 1.0, 0.1), ("linear", 32, 0.3, 0.6)]
+  assert "| dot_product |  | 32 | 0.900 | 0.6 | 12 |" in best_of.markdown(groups, grid.figure)
+  report.write(grid, str(tmp_path))
+  assert "## Best test_accuracy per group" in (tmp_path / "grid" / "report.md").read_text()
+  assert (tmp_path / "grid" / "best.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_figure_without_its_keys_is_refused():
+  import pytest
+
+  from launch import best_of
+
+  with pytest.raises(ValueError, match=r"FIGURE needs the keys \['metric', 'x', 'panels', 'best_over'\]"):
+    best_of.check({"metric": "test_accuracy", "x": "model.d_model"})

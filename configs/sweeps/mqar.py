@@ -2,19 +2,21 @@
 against model width, at three sequence lengths with pairs growing with them.
 
     python -m launch --sweep=configs/sweeps/mqar.py            # here, one point after another
-    python -m launch.report --sweep=configs/sweeps/mqar.py     # runs/mqar/report.md
+    python -m launch.report --sweep=configs/sweeps/mqar.py     # runs/mqar/report.md, best.png
 
-Every point trains configs/mqar.py (a 2-layer decoder, pre-norm, no dropout, 500 steps of 64 sequences, the
-task's 64-token vocabulary; loss and accuracy on the answers only) with one (sequence length, pairs) of GRID, one
-width of WIDTHS (d_model; d_ff = 4 x d_model, 2 heads), one learning-rate scale of LEARNING_RATE_SCALES (the
-Noam schedule's, peak at the 200-step warm-up's end: 0.25 is configs/mqar.py's; Zoology sweeps the rate and keeps
-the best per point), and one row of VARIANTS. The test split's answer accuracy is the figure of merit. Zoology's
-finding: softmax attention solves every grid point at small width, while linear attention (and gated
-convolutions) need a width that grows with the number of pairs. `local` sees 16 tokens back, fewer than most of
-the gaps between a key and its query. The hybrid alternates a linear and a softmax layer (Based-like).
+Every point trains configs/mqar.py (a 2-layer decoder, pre-norm, no dropout, 500 steps, the task's 64-token
+vocabulary; loss and accuracy on the answers only) with one (sequence length, pairs) of GRID, one width of WIDTHS
+(d_model; d_ff = 4 x d_model, 2 heads), one learning-rate scale of LEARNING_RATE_SCALES (the Noam schedule's, peak
+at the 200-step warm-up's end: 0.25 is configs/mqar.py's; Zoology sweeps the rate and keeps the best per point),
+and one row of VARIANTS. A step holds TOKENS_PER_STEP tokens at every length (64 sequences of 64, 16 of 256): as
+pairs grow with length, every point sees the same number of answers per step (256). The test split's answer
+accuracy is the figure of merit. Zoology's finding: softmax attention solves every grid point at small width,
+while linear attention (and gated convolutions) need a width that grows with the number of pairs. `local` sees 16
+tokens back, fewer than most of the gaps between a key and its query. The hybrid alternates a linear and a softmax
+layer (Based-like).
 
-3 x 3 x 3 x 6 = 162 points; measured on 2 cores at width 64, 100 steps take 4 s at 64 tokens and 26 s at 256
-tokens, plus about 11 s of start-up per point: the grid takes about 2 hours (`additive` about twice the others).
+3 x 3 x 3 x 6 = 162 points; on 2 cores a point takes 15-40 s of training (width 32-128) and about 11 s of
+start-up, `additive` about twice that: the grid takes about 2 hours.
 """
 
 from launch import sweep
@@ -23,6 +25,7 @@ BASE = "configs/mqar.py"
 GRID = ((64, 4), (128, 8), (256, 16))  # (sequence length, key-value pairs): Zoology's first three points.
 WIDTHS = (32, 64, 128)
 LEARNING_RATE_SCALES = (0.1, 0.25, 0.6)
+TOKENS_PER_STEP = 4096
 VARIANTS = {
     "dot_product": {"model.attention": "dot_product"},
     "linear": {"model.attention": "linear"},
@@ -34,13 +37,19 @@ VARIANTS = {
                                  "model.layer_pattern": ("linear", "softmax")},
 }
 FIXED = {"train.eval_every": 250, "train.checkpoint_every": 500, "train.log_every": 100}
+# `jformer sweep-report`: the best test accuracy over the learning rates against width, per variant, one panel per
+# (length, pairs) (launch/best_of.py).
+FIGURE = {"metric": "test_accuracy", "x": "model.d_model",
+          "panels": ("data.dataset_options.seq_len", "data.dataset_options.num_kv_pairs"),
+          "best_over": "optimizer.learning_rate_scale"}
 SLURM = {"nodes": 1, "gpus_per_node": 1, "time": "00:20:00"}
 
 
 def grid_point(seq_len: int, pairs: int) -> dict:
-  """The overrides of one (sequence length, pairs) point: the generator's options and both maximum lengths."""
+  """The overrides of one (sequence length, pairs) point: the generator's options, both maximum lengths and the
+  batch of TOKENS_PER_STEP tokens."""
   return {"data.dataset_options.seq_len": seq_len, "data.dataset_options.num_kv_pairs": pairs,
-          "data.max_length": seq_len, "model.max_length": seq_len}
+          "data.max_length": seq_len, "model.max_length": seq_len, "data.batch_size": TOKENS_PER_STEP // seq_len}
 
 
 def width(d_model: int) -> dict:
