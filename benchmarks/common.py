@@ -11,14 +11,11 @@ FLOP/s / peak. Call `setup()` before the first JAX computation.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import json
 import os
 import pathlib
-import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from typing import Callable
@@ -205,27 +202,6 @@ def xla_flops(compiled) -> float | None:
   return (analysis or {}).get("flops")
 
 
-# The /proc/cpuinfo flags (prefixes) that decide how fast XLA's CPU kernels can be: the vector instruction sets.
-SIMD_FLAGS = ("avx", "fma", "f16c", "amx", "sse4")
-
-
-def git_commit(repo: str | os.PathLike = REPO) -> str:
-  """`git rev-parse --short HEAD` of `repo`, with "-dirty" when tracked files have uncommitted changes (besides
-  benchmarks/results/, where the benchmarks write: a second benchmark run after a first is still the commit's
-  code); "unknown" outside git (or without git)."""
-  def git(*args):
-    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=60)
-
-  try:
-    head = git("rev-parse", "--short", "HEAD")
-    if head.returncode != 0 or not head.stdout.strip():
-      return "unknown"
-    status = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)benchmarks/results")
-  except (OSError, subprocess.SubprocessError):
-    return "unknown"
-  return head.stdout.strip() + ("-dirty" if status.returncode != 0 or status.stdout.strip() else "")
-
-
 def command_line(argv: list[str] | None = None) -> str:
   """The script (relative to the repository when inside it) and its arguments, shell-quoted:
   'benchmarks/train_step.py --variants=auto'."""
@@ -238,34 +214,20 @@ def command_line(argv: list[str] | None = None) -> str:
 
 
 def machine(argv: list[str] | None = None) -> dict:
-  """The machine and software the figures come from (`cpu_flags`: its SIMD_FLAGS, '' off Linux), when, and from
-  what: `commit` (`git_commit`) and `command` (`command_line(argv)`)."""
-  import flax
-  import jax
-  import jaxlib
+  """The machine and software the figures come from, when, and from what (`jformer.provenance.machine`: the commit
+  "-dirty" with changes besides benchmarks/results/, where the benchmarks write: a second benchmark run after a first
+  is still the commit's code), and `command` (`command_line(argv)`)."""
+  from jformer import provenance
 
-  from jformer import runtime
-
-  model = platform.processor()
-  try:
-    with open("/proc/cpuinfo") as f:
-      model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-  except (OSError, StopIteration):
-    pass
-  flags = sorted(flag for flag in runtime.cpu_flags() if flag.startswith(SIMD_FLAGS))
-  return {"cpu": model, "cpu_flags": " ".join(flags),
-          "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-          "backend": jax.default_backend(), "device": jax.devices()[0].device_kind, "jax": jax.__version__,
-          "jaxlib": jaxlib.__version__, "flax": flax.__version__, "python": platform.python_version(),
-          "date": datetime.datetime.now().isoformat(timespec="seconds"), "commit": git_commit(),
-          "command": command_line(argv)}
+  return {**provenance.machine(REPO, exclude=("benchmarks/results",)), "command": command_line(argv)}
 
 
 def announce(argv: list[str] | None = None) -> dict:
   """Prints a line naming the machine and returns `machine(argv)`."""
+  from jformer import provenance
+
   info = machine(argv)
-  print(f"{info['cpu']} ({info['cpu_flags'] or 'flags unknown'}), {info['cpus']} CPUs, {info['backend']}, "
-        f"jax {info['jax']}", flush=True)
+  print(provenance.describe(info), flush=True)
   return info
 
 

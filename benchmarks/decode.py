@@ -107,9 +107,7 @@ def measure_state(model, params, length: int, reps: int) -> dict:
 
   from jformer.decode import generator
 
-  cache = jax.jit(functools.partial(generator.init_cache, model, batch=BATCH, length=length))(params)
-  at_end = lambda path, x: jnp.full_like(x, length - 1) if path[-1].key == "position" else x
-  cache = jax.tree_util.tree_map_with_path(at_end, cache)
+  cache = jax.jit(functools.partial(generator.cache_at, model, batch=BATCH, length=length))(params)
   ids = jnp.ones((BATCH, 1), jnp.int32)
   step = jax.jit(lambda p, i, c: generator.feed(model, p, i, c)).lower(params, ids, cache).compile()
   timing = common.time_repeated(lambda: step(params, ids, cache)[0], reps)

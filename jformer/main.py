@@ -9,6 +9,7 @@
     jformer visualize-attention --workdir=runs/demo --text "Save the file before closing."
     jformer launch --sweep=configs/sweeps/attention_variants.py [--backend=local|slurm|tpu_vm] [--dry_run]
     jformer sweep-report --sweep=configs/sweeps/attention_variants.py
+    jformer report-card --config.model.attention=linear [--config.imports=my_attention.py] [--remeasure]
     jformer list [attention|positional|normalization|activation|dataset|task]
     jformer visualize-attention --workdir=runs/demo --text "Save the file." [--out=runs/demo/attention]
 
@@ -190,6 +191,43 @@ def evaluate(args, overrides):
 
 
 evaluate.add_arguments = _evaluate_arguments
+
+
+def _report_card_arguments(parser):
+  parser.add_argument("--workdir", default="",
+                      help="folder of the card's runs and files (default: runs/report_card/<variant>); finished "
+                      "runs there are reused")
+  parser.add_argument("--remeasure", action="store_true",
+                      help="also grade dot_product here (in the workdir's sibling dot_product/) and cache its card "
+                      "in jformer/report_card/rows/ with this machine, date and commit")
+
+
+@command("report-card", "grade an attention variant (--config.model.attention=..., --config.imports=my_file.py) on "
+         "synthetic recall tasks, LM bits per byte, step time, memory and decode speed, beside dot_product's card")
+def report_card(args, overrides):
+  from etils import epath
+
+  from jformer import report_card as rc
+
+  _quiet_logs()
+  overrides = overrides or dict(rc.BASELINE)
+  rc.check_variant(overrides)
+  name = rc.variant_name(overrides)
+  workdir = epath.Path(args.workdir or f"runs/report_card/{name}")
+  baseline_name = rc.variant_name(rc.BASELINE)
+  baseline = rc.cached_row(baseline_name)
+  expected = baseline["seconds"] if baseline else None
+  if args.remeasure:  # the baseline graded here first (the variant's own workdir when it is the baseline).
+    baseline = rc.grade(rc.BASELINE, workdir if name == baseline_name else workdir.parent / baseline_name,
+                        expected=expected)
+    print(f"cached {rc.save_row(baseline)}")
+  card = baseline if args.remeasure and name == baseline_name else rc.grade(overrides, workdir, expected=expected)
+  paths = rc.write(card, None if card is baseline else baseline, workdir)
+  print(open(paths["report_card.md"]).read().split("\n\n![")[0])
+  print("written: " + ", ".join(paths.values()))
+
+
+report_card.add_arguments = _report_card_arguments
 
 
 def _quiet_logs():

@@ -37,6 +37,13 @@ def init_cache(model, params, batch: int, length: int):
   return variables["cache"]
 
 
+def cache_at(model, params, batch: int, length: int):
+  """The cache of `init_cache(model, params, batch, length)` with its step counters at `length - 1`: what one more
+  decode step there reads and writes (its contents zeros); for timing a step at a generated length."""
+  at_end = lambda path, x: jnp.full_like(x, length - 1) if path[-1].key == "position" else x
+  return jax.tree_util.tree_map_with_path(at_end, init_cache(model, params, batch, length))
+
+
 def prefill(model, params, prompts_BxN, cache_length: int):
   """(cache after BOS and `prompts[:, :-1]`, start tokens `[B]` = the prompts' last tokens); N = 0: the empty
   cache and BOS. Also returns the prefill's logits `[B, N, V]` (position i predicts prompt token i)."""

@@ -1,0 +1,17 @@
+"""`jformer report-card`: one command that grades an attention variant (built-in, or a researcher's own file through
+`--config.imports`) on a fixed suite, beside dot-product attention's cached card.
+
+    jformer report-card --config.model.attention=linear
+    jformer report-card --config.imports=my_attention.py --config.model.attention=mine [--workdir=runs/card]
+    jformer report-card --remeasure            # dot_product's card measured here, cached in rows/dot_product.json
+
+The suite (`suite`): MQAR at three (length, pairs) points, induction heads, selective copying, the LM demo's test
+bits per byte at 256 with 512 and 1,024, a train step's time and temporary memory at 2,048 tokens, a decode step's
+time and state. `card` grades and writes the card (markdown, JSON, plot); `measure` holds the two measurements.
+"""
+
+from jformer.report_card.card import cached_row, grade, save_row, write
+from jformer.report_card.suite import BASELINE, VARIANT_KEYS, check_variant, default_suite, variant_name
+
+__all__ = ["BASELINE", "VARIANT_KEYS", "cached_row", "check_variant", "default_suite", "grade", "save_row",
+           "variant_name", "write"]

@@ -1,0 +1,231 @@
+"""Grading a variant on the suite (`jformer.report_card.suite`), and its card beside the baseline's.
+
+    card = grade(overrides, workdir)             # trains and measures every part, progress throughout
+    write(card, baseline, workdir)               # report_card.md, .json, .png
+
+A card is a dict: the variant's name and overrides, `values` {metric: figure}, `seconds` {part: wall seconds},
+`machine` (`jformer.provenance.machine`: CPU, versions, date, commit) and the command. Training parts reuse a
+finished run in their workdir (the train loop's own rule), so an interrupted card resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shlex
+import sys
+import time
+from typing import Any, Callable
+
+from etils import epath
+
+from jformer import config as config_lib
+from jformer import provenance
+from jformer.report_card import measure
+from jformer.report_card.suite import (BASELINE, DECODE_BATCH, DECODE_LENGTH, REPO, TIMED_STEPS, Metric, Part,
+                                       Suite, default_suite, variant_name)
+from jformer.train.loop import train_and_evaluate
+from jformer.train.progress import format_duration
+
+ROWS = pathlib.Path(__file__).resolve().parent / "rows"  # cached cards of built-in variants: rows/<name>.json
+FILES = ("report_card.md", "report_card.json", "report_card.png")
+SECONDS_FILE = "report_card_seconds.txt"  # beside a training part's run: the wall seconds it took.
+
+
+def cached_row(name: str) -> dict | None:
+  """The card cached in the repository for variant `name` (rows/<name>.json), None if there is none."""
+  path = ROWS / f"{name}.json"
+  return json.loads(path.read_text()) if path.exists() else None
+
+
+def save_row(card: dict) -> pathlib.Path:
+  """Caches `card` as its variant's row in the repository (what --remeasure does for the baseline)."""
+  path = ROWS / f"{card['variant']}.json"
+  path.write_text(json.dumps(card, indent=1) + "\n")
+  return path
+
+
+def run_part(part: Part, overrides: dict[str, Any], workdir: epath.Path) -> dict:
+  """The result of one part for the variant's `overrides`: a training run's results.json, or a measurement's."""
+  config = config_lib.load(REPO / part.config, {**part.overrides, **overrides})
+  if part.kind == "train":
+    results = train_and_evaluate(config, workdir)
+    if results.get("preempted"):
+      raise KeyboardInterrupt(f"the report card's run {workdir} was preempted; run the same command to resume")
+    return results
+  if part.kind == "train_step":
+    return measure.train_step(config, TIMED_STEPS)
+  return measure.decode_step(config, DECODE_BATCH, DECODE_LENGTH, TIMED_STEPS)
+
+
+def timed_part(part: Part, overrides: dict[str, Any], workdir: epath.Path) -> tuple[dict, float]:
+  """(`run_part`'s result, its wall seconds). A training run found finished in `workdir` is reused: its seconds
+  are those written beside it (SECONDS_FILE) when it ran."""
+  seconds_file = workdir / SECONDS_FILE
+  start = time.perf_counter()
+  result = run_part(part, overrides, workdir)
+  if part.kind == "train" and seconds_file.exists() and result.get("finished", True):
+    return result, float(seconds_file.read_text())
+  seconds = time.perf_counter() - start
+  if part.kind == "train":
+    seconds_file.write_text(f"{seconds:.1f}\n")
+  return result, seconds
+
+
+def value(result: dict, key: str):
+  """`result[key]`, the key dotted into nested dicts ("test_bits_per_byte_at.512")."""
+  for part in key.split("."):
+    result = result[part]
+  return result
+
+
+def remaining_seconds(done: list[str], todo: list[str], elapsed: float, expected: dict[str, float]) -> float | None:
+  """Seconds the parts `todo` should take: their `expected` seconds (the baseline's) scaled by how fast the parts
+  `done` went against theirs; None without the baseline's times."""
+  if not all(name in expected for name in done + todo):
+    return None
+  pace = elapsed / sum(expected[name] for name in done) if done else 1.0
+  return pace * sum(expected[name] for name in todo)
+
+
+def grade(overrides: dict[str, Any], workdir: epath.PathLike, *, suite: Suite | None = None,
+          expected: dict[str, float] | None = None, say: Callable[[str], None] = print) -> dict:
+  """Trains and measures every part of `suite` (default: `default_suite()`) for the variant the `overrides`
+  define, in `<workdir>/<part>`; returns the card. `expected`: seconds per part (the baseline card's), for the
+  ETA in the progress lines."""
+  suite = suite or default_suite()
+  workdir = epath.Path(workdir)
+  name = variant_name(overrides)
+  results, seconds, start = {}, {}, time.perf_counter()  # (part seconds of reused runs count as they ran)
+  names = [part.name for part in suite.parts]
+  for i, part in enumerate(suite.parts):
+    took = f"; the baseline took {expected[part.name]:.0f} s" if expected and part.name in expected else ""
+    say(f"report card {name} [{i + 1}/{len(names)}] {part.title}: {part.config} ({part.kind}{took})")
+    results[part.name], seconds[part.name] = timed_part(part, overrides, workdir / part.name)
+    elapsed = time.perf_counter() - start
+    left = remaining_seconds(names[:i + 1], names[i + 1:], elapsed, expected or {})
+    say(f"report card {name} [{i + 1}/{len(names)}] {part.title} done in {seconds[part.name]:.0f} s; "
+        f"{format_duration(elapsed)} so far" + ("" if left is None else f", about {format_duration(left)} left"))
+  return {"variant": name, "overrides": {k: str(v) for k, v in overrides.items()},
+          "values": {m.name: value(results[m.part], m.key) for m in suite.metrics},
+          "seconds": seconds, "total_seconds": time.perf_counter() - start,
+          "machine": provenance.machine(REPO, exclude=("jformer/report_card/rows",)),
+          "command": shlex.join(["jformer", "report-card", *sys.argv[2:]])}
+
+
+def _figure(metric: Metric, x) -> str:
+  return "-" if x is None else f"{x:,.{metric.digits}f}"
+
+
+def comparison(metric: Metric, x, base) -> str:
+  """How `x` compares with the baseline's `base`: a signed difference or a ratio, with '(better)'/'(worse)'."""
+  if x is None or base is None:
+    return "-"
+  if metric.compare == "ratio":
+    if not base:
+      return "-"
+    text, same = f"{x / base:.2f}x", f"{x / base:.2f}" == "1.00"
+  else:
+    text = f"{x - base:+.{metric.digits}f}"
+    same = _figure(metric, x) == _figure(metric, base)
+  if same:
+    return text
+  return f"{text} ({'better' if (x > base) == metric.higher_is_better else 'worse'})"
+
+
+def table(card: dict, baseline: dict | None, suite: Suite) -> str:
+  """The markdown table: one row per metric, the variant's figure, the baseline's, and how they compare."""
+  base_name = baseline["variant"] if baseline else "baseline"
+  lines = [f"| metric | {card['variant']} | {base_name} | {card['variant']} vs {base_name} |",
+           "|---|---:|---:|---:|"]
+  for metric in suite.metrics:
+    x = card["values"].get(metric.name)
+    base = baseline["values"].get(metric.name) if baseline else None
+    lines.append(f"| {metric.label} | {_figure(metric, x)} | {_figure(metric, base)} | "
+                 f"{comparison(metric, x, base)} |")
+  return "\n".join(lines)
+
+
+def _provenance_line(card: dict) -> str:
+  info = card["machine"]
+  return (f"`{card['variant']}`: {info['date']}, commit {info['commit']}, {provenance.describe(info)}; "
+          f"{format_duration(card['total_seconds'])}; `{card['command']}`")
+
+
+def notes(card: dict, baseline: dict | None) -> list[str]:
+  """What a reader must know to compare the two rows."""
+  if baseline is None:
+    return [f"No baseline card is cached for {BASELINE}: rerun with --remeasure to measure it here."]
+  if baseline["machine"]["cpu"] != card["machine"]["cpu"]:
+    return [f"The baseline ran on another CPU ({baseline['machine']['cpu']}): its times and memory do not compare "
+            "with these; rerun with --remeasure to measure it beside the variant."]
+  return []
+
+
+def markdown(card: dict, baseline: dict | None, suite: Suite) -> str:
+  lines = [f"# Report card: `{card['variant']}`", "", table(card, baseline, suite), "",
+           "Accuracies are of the answers on each task's test split (higher is better); bits per byte of the bundled "
+           "text's test split (lower is better); times are medians of "
+           f"{TIMED_STEPS} steps (jformer/report_card/suite.py).", "", "![report card](report_card.png)", "",
+           "Measured:", "", f"- {_provenance_line(card)}"]
+  if baseline:
+    lines.append(f"- {_provenance_line(baseline)}")
+  return "\n".join(lines + [""] + [f"**Note**: {note}" for note in notes(card, baseline)]) + "\n"
+
+
+def plot(card: dict, baseline: dict | None, suite: Suite, path: os.PathLike | str) -> None:
+  """Three panels: answer accuracy per task, test bits per byte against context, and time and memory as ratios to
+  the baseline."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt
+
+  cards = [c for c in (card, baseline) if c]
+  canvas, (accuracy, bits, cost) = plt.subplots(1, 3, figsize=(15, 4.5))
+  tasks = [m for m in suite.metrics if m.key == "test_accuracy"]
+  width = 0.8 / len(cards)
+  for i, c in enumerate(cards):
+    accuracy.bar([j + i * width for j in range(len(tasks))], [c["values"].get(m.name) or 0 for m in tasks], width,
+                 label=c["variant"])
+  accuracy.set_xticks([j + width * (len(cards) - 1) / 2 for j in range(len(tasks))],
+                      [m.part.replace("_", " ") for m in tasks], rotation=20, fontsize="small")
+  accuracy.set(ylim=(0, 1.02), ylabel="answer accuracy (test)", title="synthetic tasks")
+  lm = [m for m in suite.metrics if m.part == "lm"]
+  for c in cards:
+    points = [(int(m.key.rsplit(".", 1)[1]), c["values"].get(m.name)) for m in lm]
+    bits.plot(*zip(*[p for p in points if p[1] is not None]), marker="o", label=c["variant"])
+  bits.set_xscale("log", base=2)
+  bits.set(xlabel="context (trained at 256)", ylabel="test bits per byte", title="language model")
+  costs = [m for m in suite.metrics if m.compare == "ratio"]
+  if baseline:
+    ratios = [(card["values"][m.name] / baseline["values"][m.name]
+               if card["values"].get(m.name) and baseline["values"].get(m.name) else 0) for m in costs]
+    cost.barh(range(len(costs)), ratios, color="tab:blue")
+    cost.axvline(1.0, color="tab:orange", label=f"{baseline['variant']} = 1")
+    cost.set(xlabel=f"x {baseline['variant']} (lower is better)", title="time and memory")
+    cost.set_yticks(range(len(costs)), [m.label for m in costs], fontsize="small")
+  else:
+    cost.set_axis_off()
+  for ax in (accuracy, bits, cost):
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend(fontsize="small")
+  canvas.suptitle(f"report card: {card['variant']}")
+  canvas.tight_layout()
+  with epath.Path(path).open("wb") as f:
+    canvas.savefig(f, format="png", dpi=90)
+  plt.close(canvas)
+
+
+def write(card: dict, baseline: dict | None, workdir: epath.PathLike, suite: Suite | None = None) -> dict[str, str]:
+  """Writes FILES into `workdir`: the card's markdown (with the baseline's row), its JSON, its plot."""
+  suite = suite or default_suite()
+  workdir = epath.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  paths = {name: os.fspath(workdir / name) for name in FILES}
+  epath.Path(paths["report_card.md"]).write_text(markdown(card, baseline, suite))
+  epath.Path(paths["report_card.json"]).write_text(json.dumps(card, indent=1) + "\n")
+  plot(card, baseline, suite, paths["report_card.png"])
+  return paths

@@ -1,0 +1,124 @@
+"""The report card's fixed suite: what it trains and measures, and the figures it reads from each part.
+
+Training runs (each a config of configs/ with the variant's overrides on top, trained with `jformer train`'s loop):
+  mqar_64x4, mqar_128x8, mqar_256x16  multi-query associative recall (Zoology), the three points of
+                                      configs/sweeps/mqar.py at width 64 and configs/mqar.py's learning rate.
+  induction                           configs/induction.py: the token after the trigger's first occurrence.
+  selective_copy                      configs/selective_copy.py: 16 tokens scattered in 256, copied in order.
+  lm                                  configs/lm_demo.py: bits per byte of the bundled English text's test split at the
+                                      trained context 256 and at 512 and 1,024 (length extrapolation).
+Measurements (random weights and tokens; only time and memory are read):
+  train_step    one train step of the LM demo's model on 1 row of TRAIN_STEP_LENGTH tokens: median milliseconds
+                over TIMED_STEPS steps after one untimed, and the compiled step's temporary memory.
+  decode_step   one KV-cache decode step of the LM demo's model for DECODE_BATCH rows after DECODE_LENGTH positions:
+                median milliseconds over TIMED_STEPS, and the decode state's MiB.
+
+A variant is graded by overrides of VARIANT_KEYS only: the rest of each config is the suite.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import runpy
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[2]  # configs/ lives beside the jformer package.
+TRAIN_STEP_LENGTH = 2048
+DECODE_BATCH, DECODE_LENGTH = 8, 1024
+TIMED_STEPS = 5
+# The config keys that define a variant: its attention (with options, or per-layer kinds and their pattern), its
+# positional encoding, and the files that register them.
+VARIANT_KEYS = ("imports", "model.attention", "model.attention_options", "model.layer_kinds", "model.layer_pattern",
+                "model.positional", "model.positional_options")
+BASELINE = {"model.attention": "dot_product"}  # the row every card is printed beside.
+KINDS = ("train", "train_step", "decode_step")
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+  """One part of the suite: `kind` "train" (a training run: its results.json), "train_step" or "decode_step" (a
+  measurement, `jformer.report_card.measure`), of `config` (relative to the repository) with `overrides`."""
+  name: str
+  title: str
+  kind: str
+  config: str
+  overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+  """One row of the card: `key` of part `part`'s result (dotted into nested dicts), which direction is better, and
+  how it compares with the baseline: "difference" (accuracy, bits per byte) or "ratio" (time, memory)."""
+  name: str
+  label: str
+  part: str
+  key: str
+  higher_is_better: bool
+  compare: str
+  digits: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Suite:
+  parts: tuple[Part, ...]
+  metrics: tuple[Metric, ...]
+
+  def part(self, name: str) -> Part:
+    return next(part for part in self.parts if part.name == name)
+
+
+def mqar_parts() -> list[Part]:
+  """The MQAR points of configs/sweeps/mqar.py (its GRID and grid_point), at configs/mqar.py's width and rate."""
+  grid = runpy.run_path(str(REPO / "configs" / "sweeps" / "mqar.py"))
+  return [Part(f"mqar_{length}x{pairs}", f"MQAR {length} tokens, {pairs} pairs", "train", "configs/mqar.py",
+               grid["grid_point"](length, pairs)) for length, pairs in grid["GRID"]]
+
+
+def default_suite() -> Suite:
+  """The suite of the module docstring."""
+  parts = [*mqar_parts(),
+           Part("induction", "induction heads", "train", "configs/induction.py"),
+           Part("selective_copy", "selective copying", "train", "configs/selective_copy.py"),
+           Part("lm", "language model", "train", "configs/lm_demo.py"),
+           Part("train_step", f"train step at {TRAIN_STEP_LENGTH:,} tokens", "train_step", "configs/lm_demo.py",
+                {"data.max_length": TRAIN_STEP_LENGTH, "model.max_length": TRAIN_STEP_LENGTH, "data.batch_size": 1}),
+           Part("decode_step", f"decode step at {DECODE_LENGTH:,} positions", "decode_step", "configs/lm_demo.py",
+                {"model.max_length": DECODE_LENGTH})]
+  accuracy = lambda part: Metric(f"{part.name}_accuracy", f"{part.title}: answer accuracy", part.name,
+                                 "test_accuracy", True, "difference", 3)
+  metrics = [accuracy(part) for part in parts if part.kind == "train" and part.name != "lm"]
+  metrics += [Metric(f"lm_bits_per_byte_{n}", f"LM test bits per byte at {n:,}" + (" (trained)" if n == 256 else ""),
+                     "lm", f"test_bits_per_byte_at.{n}", False, "difference", 3) for n in (256, 512, 1024)]
+  metrics += [Metric("train_step_ms", f"train step ms, {TRAIN_STEP_LENGTH:,} tokens", "train_step", "ms", False,
+                     "ratio", 0),
+              Metric("train_step_temp_mib", f"train step temporary MiB, {TRAIN_STEP_LENGTH:,} tokens", "train_step",
+                     "temp_mib", False, "ratio", 1),
+              Metric("decode_step_ms", f"decode ms per step, {DECODE_BATCH} rows at {DECODE_LENGTH:,}",
+                     "decode_step", "ms", False, "ratio", 2),
+              Metric("decode_state_mib", f"decode state MiB, {DECODE_BATCH} rows at {DECODE_LENGTH:,}",
+                     "decode_step", "state_mib", False, "ratio", 2)]
+  return Suite(tuple(parts), tuple(metrics))
+
+
+def check_variant(overrides: dict[str, Any]) -> None:
+  """Raises ValueError naming any override that is not a variant's (VARIANT_KEYS): the suite is fixed."""
+  foreign = [key for key in overrides if not any(key == k or key.startswith(k + ".") for k in VARIANT_KEYS)]
+  if foreign:
+    raise ValueError(f"{', '.join('--config.' + k for k in foreign)} would change the suite, which is "
+                     f"fixed so that cards compare (jformer/report_card/suite.py); a variant is given by "
+                     f"{', '.join('--config.' + k for k in VARIANT_KEYS)}")
+
+
+def variant_name(overrides: dict[str, Any]) -> str:
+  """A short name for the variant the overrides define: 'local(window_size=16)', 'pattern(linear,softmax)'."""
+  if "model.layer_pattern" in overrides:
+    pattern = overrides["model.layer_pattern"]
+    pattern = pattern if isinstance(pattern, str) else ",".join(pattern)
+    return f"pattern({pattern.strip('()[] ').replace(' ', '').replace(chr(39), '')})"
+  name = str(overrides.get("model.attention", BASELINE["model.attention"]))
+  options = {k.split(".", 2)[2]: v for k, v in overrides.items() if k.startswith("model.attention_options.")}
+  options.update(overrides.get("model.attention_options") or {})
+  if options:
+    name += "(" + ",".join(f"{k}={v}" for k, v in sorted(options.items())) + ")"
+  return name

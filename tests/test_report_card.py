@@ -1,0 +1,108 @@
+"""`jformer report-card` (jformer/report_card/): the fixed suite, how a card compares with the baseline's, the
+cached dot_product row, and a card graded end to end on the plug-in variant of tests/plugins/."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import runpy
+
+import pytest
+
+from jformer import config as config_lib
+from jformer import main
+from jformer import report_card as rc
+from jformer.report_card import card as card_lib
+from jformer.report_card import suite as suite_lib
+
+PLUGIN = {"imports": "tests/plugins/learned_temperature.py", "model.attention": "learned_temperature"}
+
+
+def test_suite_holds_the_mqar_grid_points_and_every_part_loads(repo_root):
+  """The MQAR parts are configs/sweeps/mqar.py's GRID points (its grid_point overrides) at configs/mqar.py's width
+  and rate; every part's config loads with the baseline's overrides; every metric reads an existing part."""
+  suite = rc.default_suite()
+  grid = runpy.run_path(str(repo_root / "configs" / "sweeps" / "mqar.py"))
+  mqar = [part for part in suite.parts if part.name.startswith("mqar_")]
+  assert [part.overrides for part in mqar] == [grid["grid_point"](*point) for point in grid["GRID"]]
+  for part in suite.parts:
+    config = config_lib.load(repo_root / part.config, {**part.overrides, **rc.BASELINE})
+    assert config.model.attention == "dot_product"
+    if part.kind == "train_step":
+      assert config.data.max_length * config.data.batch_size == suite_lib.TRAIN_STEP_LENGTH
+    if part.name.startswith("mqar_"):
+      assert config.model.d_model == 64 and config.optimizer.learning_rate_scale == 0.25
+  names = {part.name for part in suite.parts}
+  assert {metric.part for metric in suite.metrics} == names
+  assert len({metric.name for metric in suite.metrics}) == len(suite.metrics) == 12
+
+
+def test_only_a_variants_keys_may_be_overridden():
+  rc.check_variant({**PLUGIN, "model.attention_options.window_size": "16", "model.layer_pattern": "(a, b)"})
+  with pytest.raises(ValueError, match=r"--config.data.batch_size would change the suite.*--config.model.attention"):
+    rc.check_variant({"model.attention": "linear", "data.batch_size": "2"})
+  with pytest.raises(SystemExit, match="would change the suite"):
+    main.main(["report-card", "--config.train.steps=3"])
+
+
+def test_variant_names():
+  assert rc.variant_name({}) == "dot_product"
+  assert rc.variant_name(PLUGIN) == "learned_temperature"
+  assert rc.variant_name({"model.attention": "local", "model.attention_options.window_size": "16"}) == (
+      "local(window_size=16)")
+  assert rc.variant_name({"model.layer_pattern": "('linear', 'softmax')"}) == "pattern(linear,softmax)"
+
+
+def test_comparison_with_the_baseline():
+  accuracy = suite_lib.Metric("a", "a", "p", "test_accuracy", True, "difference", 3)
+  time = suite_lib.Metric("t", "t", "p", "ms", False, "ratio", 0)
+  assert card_lib.comparison(accuracy, 0.9, 0.5) == "+0.400 (better)"
+  assert card_lib.comparison(accuracy, 0.5, 0.9) == "-0.400 (worse)"
+  assert card_lib.comparison(accuracy, 0.5, 0.5002) == "-0.000"  # equal as printed: neither better nor worse.
+  assert card_lib.comparison(time, 300.0, 200.0) == "1.50x (worse)"
+  assert card_lib.comparison(time, 100.0, 200.0) == "0.50x (better)"
+  assert card_lib.comparison(time, None, 200.0) == "-"
+  # The ETA: the parts left at the pace of those done against the baseline's seconds (twice as slow here).
+  expected = {"a": 10.0, "b": 30.0, "c": 60.0}
+  assert card_lib.remaining_seconds(["a", "b"], ["c"], 80.0, expected) == pytest.approx(120.0)
+  assert card_lib.remaining_seconds(["a"], ["x"], 10.0, expected) is None
+
+
+@pytest.mark.integration
+def test_report_card_grades_the_plugin_variant(tmp_path, repo_root, monkeypatch):
+  """The plug-in variant graded on a shortened suite (MQAR and induction for 20 steps, the train step at 8 x 32
+  tokens), against a baseline card on another CPU: every metric has a figure, the files are written, the note
+  says the times do not compare, and a second grading reuses the finished runs with their recorded seconds."""
+  monkeypatch.chdir(repo_root)
+  full = rc.default_suite()
+  short = {"train.steps": 20, "train.eval_every": 20, "train.log_every": 10, "train.checkpoint_every": 20,
+           "data.eval_batch_size": 40}  # rows divisible by the tests' 8 devices
+  parts = [dataclasses.replace(full.part("mqar_64x4"), overrides={**full.part("mqar_64x4").overrides, **short}),
+           dataclasses.replace(full.part("induction"), overrides=short),
+           dataclasses.replace(full.part("train_step"), overrides={"data.max_length": 32, "data.batch_size": 8}),
+           full.part("decode_step")]
+  suite = suite_lib.Suite(tuple(parts), tuple(m for m in full.metrics if m.part in {p.name for p in parts}))
+  lines = []
+  card = rc.grade(PLUGIN, tmp_path / "card", suite=suite, say=lines.append)
+  assert lines[0].startswith("report card learned_temperature [1/4] MQAR 64 tokens, 4 pairs")
+  assert lines[-1].startswith("report card learned_temperature [4/4] decode step at 1,024 positions done in")
+  assert set(card["values"]) == {m.name for m in suite.metrics}
+  assert all(0.0 <= card["values"][f"{p}_accuracy"] <= 1.0 for p in ("mqar_64x4", "induction"))
+  assert card["values"]["train_step_ms"] > 0 and card["values"]["train_step_temp_mib"] > 0
+  # The decode state: 4 layers x keys and values x 8 rows x 1,024 positions x 256 float32 = 64 MiB, and counters.
+  assert card["values"]["decode_state_mib"] == pytest.approx(64.0, abs=0.01)
+
+  baseline = json.loads(json.dumps(card))
+  baseline.update(variant="dot_product", overrides=rc.BASELINE)
+  baseline["machine"]["cpu"] = "another CPU"
+  baseline["values"]["train_step_ms"] = card["values"]["train_step_ms"] / 2
+  paths = rc.write(card, baseline, tmp_path / "card", suite)
+  text = open(paths["report_card.md"]).read()
+  assert "| train step ms, 2,048 tokens |" in text and "2.00x (worse)" in text
+  assert "The baseline ran on another CPU" in text
+  assert json.loads(open(paths["report_card.json"]).read())["values"] == card["values"]
+  assert open(paths["report_card.png"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
+
+  again = rc.grade(PLUGIN, tmp_path / "card", suite=suite, say=lambda line: None)
+  assert again["values"]["mqar_64x4_accuracy"] == card["values"]["mqar_64x4_accuracy"]
+  assert again["seconds"]["mqar_64x4"] == pytest.approx(card["seconds"]["mqar_64x4"], abs=0.1)
