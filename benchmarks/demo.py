@@ -13,24 +13,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
-import resource
 import subprocess
 import sys
-import time
 
 import common
-
-
-def cpu_times() -> tuple[int, int] | None:
-  """(busy, total) jiffies of the whole machine (None off Linux)."""
-  try:
-    fields = [int(x) for x in pathlib.Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-  except OSError:
-    return None
-  idle = fields[3] + fields[4]
-  return sum(fields) - idle, sum(fields)
 
 
 def main(argv=None) -> int:
@@ -46,25 +33,15 @@ def main(argv=None) -> int:
     parser.error(f"{workdir} already holds a run; name a new --workdir")
   machine = common.announce([sys.argv[0], *argv])
   command = [sys.executable, "-m", "jformer.main", "train", f"--config={args.config}", f"--workdir={workdir}", *extra]
-  before, start = cpu_times(), time.perf_counter()
-  own_start = time.process_time()
+  load = common.OtherLoad()
   process = subprocess.run(command, cwd=common.REPO, check=False)
-  wall = time.perf_counter() - start
-  after = cpu_times()
+  wall, busy_other = load.stop()
   if process.returncode != 0:
     print(f"jformer train exited with status {process.returncode}", file=sys.stderr)
     return process.returncode
   results = json.loads((workdir / "results.json").read_text())
-  busy_other = None
-  if before and after:
-    # CPU time of the whole machine during the run, less what the run's own process tree used.
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    own = children.ru_utime + children.ru_stime + time.process_time() - own_start
-    ticks = os.sysconf("SC_CLK_TCK")
-    busy, total = (after[0] - before[0]) / ticks, (after[1] - before[1]) / ticks
-    busy_other = max(0.0, busy - own) / total if total else None
   record = {"benchmark": "demo", "machine": machine, "config": args.config, "overrides": extra,
-            "wall_seconds": round(wall, 1), "busy_share_other": None if busy_other is None else round(busy_other, 3),
+            "wall_seconds": round(wall, 1), "busy_share_other": busy_other,
             "results": results}
   summary = {k: results.get(k) for k in ("bleu", "step", "planned_steps", "budget_step_seconds", "eval_loss")}
   print(json.dumps(summary))

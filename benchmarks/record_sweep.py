@@ -1,5 +1,7 @@
 """Records a finished sweep with seeds as a `docs/results/` table and figure: one row per group of points that differ
-only in their seeds (swept keys ending in `.seed`), the seeds' mean beside each seed's value and their spread.
+only in their seeds (swept keys ending in `.seed`), the seeds' mean beside each seed's value and their spread. A
+sweep file with FIGURE (launch/best_of.py, e.g. configs/sweeps/mqar.py) is recorded as its best-of table instead:
+one row per sweep row, one cell per (panel, x), finished points only.
 
     python benchmarks/record_sweep.py --sweep=configs/sweeps/lm_blocks.py --root=runs \
         --json=benchmarks/results/sweep_lm_blocks.json --figure=docs/results/lm_blocks.png
@@ -130,6 +132,24 @@ def plot(contexts: list[str], summaries: list[dict], path: str, title: str):
   print(f"wrote {path}")
 
 
+def best_of_table(sweep, rows: list[dict]) -> tuple[list[str], list[list[str]], list[dict]]:
+  """For a sweep file with FIGURE (launch/best_of.py): (headers, one row per sweep row with a cell per (panel, x):
+  the best metric, the best_over value that gave it and that point's train seconds, "-" where no point has
+  finished; the groups). Points not finished are left out, so a sweep may be recorded before its end."""
+  from launch import best_of
+
+  groups = best_of.best_points(sweep, rows)
+  panels = list(dict.fromkeys(g["panel"] for g in groups))
+  xs = sorted({g["x"] for g in groups})
+  names = list(dict.fromkeys(g["row"] for g in groups))
+  best = {(g["row"], g["panel"], g["x"]): g for g in groups}
+  x_name = sweep.figure["x"].split(".")[-1]
+  headers = ["row", *(f"{'/'.join(map(str, panel))}, {x_name} {x}" for panel in panels for x in xs)]
+  cell = lambda g: "-" if g is None else f"{g['value']:.3f} ({g['best_over']}; {g['seconds']:.0f} s)"
+  table_rows = [[name, *(cell(best.get((name, panel, x))) for panel in panels for x in xs)] for name in names]
+  return headers, table_rows, groups
+
+
 def machine(args) -> dict:
   """`common.machine()` with the command that ran the sweep before the one that recorded it."""
   info = common.machine()
@@ -154,20 +174,28 @@ def main():
   from launch import sweep as sweep_lib
 
   sweep = sweep_lib.load(args.sweep)
-  contexts, summaries = summarize(groups(sweep, report.collect(sweep, args.root)[0], sweep.row_of, args.root),
-                                  args.decode_cache_at)
-  headers, rows = table(contexts, summaries, args.decode_cache_at)
-  print(common.markdown_table(headers, rows))
   kept = json.loads(pathlib.Path(args.json).read_text()) if os.path.exists(args.json) else {}
   findings = (pathlib.Path(args.findings).read_text().strip().splitlines() if args.findings
               else kept.get("findings", []))
   title = args.title or kept.get("title") or f"sweep {sweep.name}"
-  plot(contexts, summaries, args.figure, title)
+  report_rows = report.collect(sweep, args.root)[0]
+  if sweep.figure:  # the best point per group (e.g. per learning rate), as `jformer sweep-report` draws it.
+    from launch import best_of
+
+    headers, rows, points = best_of_table(sweep, report_rows)
+    best_of.plot(points, sweep.figure, args.figure, title)
+    points = {f"{g['row']} {g['panel']} {g['x']}": g for g in points}
+  else:
+    contexts, summaries = summarize(groups(sweep, report_rows, sweep.row_of, args.root), args.decode_cache_at)
+    headers, rows = table(contexts, summaries, args.decode_cache_at)
+    plot(contexts, summaries, args.figure, title)
+    points = {s["row"]: s for s in summaries}
+  print(common.markdown_table(headers, rows))
   figure = os.path.relpath(args.figure, start=os.path.join(common.REPO, "docs", "results"))
   common.write_json(args.json, {
       "benchmark": "sweep", "machine": machine(args), "title": title,
       "setup": args.setup or kept.get("setup", ""), "headers": headers, "rows": rows, "figure": figure,
-      "findings": findings, "points": {s["row"]: s for s in summaries}})
+      "findings": findings, "points": points})
   if not findings:
     print(f"note: no findings yet: write them (one per line) and pass --findings, or edit {args.json}")
 

@@ -20,6 +20,10 @@ def test_overrides_from_command_line_strings_are_typed(demo):
   assert config.model.dropout_rate == 0.0 and isinstance(config.model.dropout_rate, float)
   assert config.model.share_embeddings is False
   assert config.model.norm == "pre"
+  # An option group's keys are the plug-in's: a string becomes the literal it spells, true/false as above.
+  mqar = config_lib.load(demo.parent / "mqar.py", {"data.dataset_options.random_non_queries": "false",
+                                                   "data.dataset_options.power_a": "0.5"})
+  assert mqar.data.dataset_options.random_non_queries is False and mqar.data.dataset_options.power_a == 0.5
 
 
 def test_unknown_key_names_the_nearest_known_key(demo):

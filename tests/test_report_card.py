@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import runpy
 
 import pytest
@@ -66,6 +67,22 @@ def test_comparison_with_the_baseline():
   expected = {"a": 10.0, "b": 30.0, "c": 60.0}
   assert card_lib.remaining_seconds(["a", "b"], ["c"], 80.0, expected) == pytest.approx(120.0)
   assert card_lib.remaining_seconds(["a"], ["x"], 10.0, expected) is None
+
+
+def test_the_cached_dot_product_card_is_complete():
+  """rows/dot_product.json: a number for every metric of the suite, and where, when and from what it was measured."""
+  row = rc.cached_row("dot_product")
+  assert row is not None, "jformer/report_card/rows/dot_product.json is missing: run `jformer report-card --remeasure`"
+  suite = rc.default_suite()
+  assert set(row["values"]) == {metric.name for metric in suite.metrics}
+  assert all(isinstance(v, float) and math.isfinite(v) for v in row["values"].values())
+  assert set(row["seconds"]) == {part.name for part in suite.parts}
+  assert row["overrides"] == rc.BASELINE and row["variant"] == "dot_product"
+  for key in ("cpu", "cpu_flags", "date", "commit", "jax"):
+    assert row["machine"][key]
+  # What it claims about dot-product attention: MQAR's first point and induction solved, the LM below 2.5 bits.
+  assert row["values"]["mqar_64x4_accuracy"] > 0.9 and row["values"]["induction_accuracy"] > 0.9
+  assert row["values"]["lm_bits_per_byte_256"] < 2.5
 
 
 @pytest.mark.integration

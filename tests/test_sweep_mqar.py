@@ -31,7 +31,7 @@ def test_mqar_grid_expands_to_every_variant_length_width_and_rate(repo_root, mon
   assert hybrid.data.dataset_options.num_kv_pairs == 16 and hybrid.model.d_model == 128
 
 
-def test_report_keeps_the_best_rate_per_group_and_draws_it(tmp_path):
+def test_report_keeps_the_best_rate_per_group_and_draws_it(tmp_path, monkeypatch, repo_root):
   """Two rows x two widths x two rates, one panel: each (row, width) keeps its better rate; a group whose points
   have no accuracy yet is left out; report.md holds the table and best.png the figure."""
   import json
@@ -61,6 +61,13 @@ def test_report_keeps_the_best_rate_per_group_and_draws_it(tmp_path):
   report.write(grid, str(tmp_path))
   assert "## Best test_accuracy per group" in (tmp_path / "grid" / "report.md").read_text()
   assert (tmp_path / "grid" / "best.png").read_bytes().startswith(b"\x89PNG")
+  # benchmarks/record_sweep.py's table for docs/results: a cell per (panel, width), "-" where nothing finished.
+  monkeypatch.syspath_prepend(str(repo_root / "benchmarks"))
+  import record_sweep
+
+  headers, rows, _ = record_sweep.best_of_table(grid, report.collect(grid, str(tmp_path))[0])
+  assert headers == ["row", ", d_model 32", ", d_model 64"]
+  assert rows == [["dot_product", "0.900 (0.6; 12 s)", "1.000 (0.1; 12 s)"], ["linear", "0.300 (0.6; 12 s)", "-"]]
 
 
 def test_a_figure_without_its_keys_is_refused():

@@ -62,8 +62,9 @@ def row_of(overrides: dict) -> str:
 
 
 def get_sweep():
-  """Each variant over the grid, the widths and the learning-rate scales (the variant outermost)."""
-  return sweep.product([dict(row) for row in VARIANTS.values()],
-                       [grid_point(*point) for point in GRID],
+  """Each variant over the grid, the widths and the learning-rate scales; the grid point outermost, so that the
+  first (shortest) point's panel is complete first."""
+  return sweep.product([grid_point(*point) for point in GRID],
+                       [dict(row) for row in VARIANTS.values()],
                        [width(d) for d in WIDTHS],
                        sweep.axis("optimizer.learning_rate_scale", LEARNING_RATE_SCALES))

@@ -510,6 +510,33 @@ are not in the subset.
 """
 
 
+def report_card_section(path: str, data: dict) -> str:
+  card, baseline = data["card"], data["baseline"]
+  other = data.get("busy_share_other")
+  setup = (f"`jformer report-card {' '.join(data['overrides'])}`: {data['wall_seconds'] / 60:.1f} min of wall time; "
+           f"CPU used by other processes: {'not measured' if other is None else percent(other)}.")
+  base = ("No baseline card was cached." if baseline is None else
+          f"The `{baseline['variant']}` column: its cached card (`jformer/report_card/rows/"
+          f"{baseline['variant']}.json`), measured {baseline['machine']['date']} at "
+          f"`{baseline['machine']['commit']}` on {machine_line(baseline['machine'])}.")
+  progress = "The card's progress lines (the training runs' own lines between them left out):\n\n```\n" + "\n".join(
+      data["progress"]) + "\n```"
+  return paragraphs(provenance(path, data), setup, data["table"], base,
+                    f"![report card: {card['variant']}]({data['figure']})", progress)
+
+
+REPORT_CARD_INTRO = """\
+`jformer report-card` (jformer/report_card/) grades an attention variant on a fixed suite and prints it beside
+dot-product attention's cached card: answer accuracy on the test split of MQAR at the three points of
+configs/sweeps/mqar.py (width 64, 500 steps), induction heads and selective copying (configs/induction.py,
+configs/selective_copy.py); the LM demo's test bits per byte at its trained context 256 and at 512 and 1,024; one
+train step of the LM demo's model at 2,048 tokens (median ms of 5, compiled temporary memory); one decode step for 8
+rows after 1,024 positions (median ms of 5, the decode state). Recorded with `benchmarks/report_card.py`, which runs
+the command as a subprocess. One seed per training part: differences of a few points of accuracy or hundredths of a
+bit are within what another seed moves.
+"""
+
+
 @dataclasses.dataclass(frozen=True)
 class Page:
   file: str
@@ -545,6 +572,8 @@ PAGES = (
          "reference, the BASE bfloat16 train step and decoding on a GPU", ACCELERATOR_INTRO, accelerator_section),
     Page("compile_cache.md", "The persistent compilation cache", "compile_cache", "compile seconds of a sweep "
          "point and of a resume, with and without the cache", COMPILE_CACHE_INTRO, compile_cache_section),
+    Page("report_card.md", "Report cards", "report_card", "`jformer report-card` on a variant: synthetic recall, "
+         "LM bits per byte, step time, memory, decode", REPORT_CARD_INTRO, report_card_section, timed=False),
     Page("compile.md", "Scanned layers: compile and step time", "compile", "train step compile seconds and step "
          "ms at 6, 12 and 24 layers, looped against scanned", COMPILE_INTRO, compile_section),
 )

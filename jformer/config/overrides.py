@@ -29,7 +29,7 @@ def set_value(config: ml_collections.ConfigDict, dotted_key: str, value: Any) ->
     if not _inside_group(parents):
       raise KeyError(unknown_key_message(config, dotted_key))
     with node.unlocked():
-      node[leaf] = ast.literal_eval(value) if isinstance(value, str) and _is_literal(value) else value
+      node[leaf] = _group_value(value)
     return
   with node.unlocked():
     node[leaf] = _convert(value, node[leaf], dotted_key)
@@ -64,6 +64,16 @@ def _all_prefixes(config, prefix="") -> Iterator[str]:
     if isinstance(value, ml_collections.ConfigDict):
       yield f"{prefix}{key}"
       yield from _all_prefixes(value, f"{prefix}{key}.")
+
+
+def _group_value(value: Any) -> Any:
+  """A value for a key of an option group, whose type only the plug-in knows: a command-line string becomes the
+  Python literal it spells (true and false as for bool fields), else stays a string."""
+  if not isinstance(value, str):
+    return value
+  if value.lower() in ("true", "false"):
+    return value.lower() == "true"
+  return ast.literal_eval(value) if _is_literal(value) else value
 
 
 def _is_literal(text: str) -> bool:

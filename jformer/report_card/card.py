@@ -136,12 +136,14 @@ def comparison(metric: Metric, x, base) -> str:
 
 def table(card: dict, baseline: dict | None, suite: Suite) -> str:
   """The markdown table: one row per metric, the variant's figure, the baseline's, and how they compare."""
-  base_name = baseline["variant"] if baseline else "baseline"
+  if baseline is None:
+    return "\n".join([f"| metric | {card['variant']} |", "|---|---:|"] + [
+        f"| {metric.label} | {_figure(metric, card['values'].get(metric.name))} |" for metric in suite.metrics])
+  base_name = baseline["variant"]
   lines = [f"| metric | {card['variant']} | {base_name} | {card['variant']} vs {base_name} |",
            "|---|---:|---:|---:|"]
   for metric in suite.metrics:
-    x = card["values"].get(metric.name)
-    base = baseline["values"].get(metric.name) if baseline else None
+    x, base = card["values"].get(metric.name), baseline["values"].get(metric.name)
     lines.append(f"| {metric.label} | {_figure(metric, x)} | {_figure(metric, base)} | "
                  f"{comparison(metric, x, base)} |")
   return "\n".join(lines)
@@ -156,7 +158,8 @@ def _provenance_line(card: dict) -> str:
 def notes(card: dict, baseline: dict | None) -> list[str]:
   """What a reader must know to compare the two rows."""
   if baseline is None:
-    return [f"No baseline card is cached for {BASELINE}: rerun with --remeasure to measure it here."]
+    return ([] if card["overrides"] == BASELINE else
+            [f"No baseline card is cached for {BASELINE}: rerun with --remeasure to measure it here."])
   if baseline["machine"]["cpu"] != card["machine"]["cpu"]:
     return [f"The baseline ran on another CPU ({baseline['machine']['cpu']}): its times and memory do not compare "
             "with these; rerun with --remeasure to measure it beside the variant."]
