@@ -14,7 +14,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import resource
 import shlex
 import statistics
 import sys
@@ -90,7 +89,8 @@ SHAPES = {shape.name: shape for shape in (TINY, BASE)}
 
 
 class CpuMeter:
-  """Fraction of all CPU time used by other processes between `start()` and `stop()` (Linux /proc/stat)."""
+  """Fraction of all CPU time used by other processes between `start()` and `stop()` (Linux /proc/stat): this
+  process and the children it has reaped (a benchmarked command run as a subprocess) are its own."""
 
   def __init__(self):
     self._tick = os.sysconf("SC_CLK_TCK")
@@ -104,7 +104,7 @@ class CpuMeter:
       return None
     total = sum(fields[:8])  # user nice system idle iowait irq softirq steal
     busy = total - fields[3] - fields[4]
-    own = sum(os.times()[:2])
+    own = sum(os.times()[:4])  # user and system time, of this process and of its reaped children
     return total / self._tick, busy / self._tick, own
 
   def start(self):
@@ -212,39 +212,6 @@ def command_line(argv: list[str] | None = None) -> str:
     if script.is_relative_to(REPO):
       argv[0] = script.relative_to(REPO).as_posix()
   return shlex.join(argv)
-
-
-def _cpu_times() -> tuple[int, int] | None:
-  """(busy, total) jiffies of the whole machine (None off Linux)."""
-  try:
-    fields = [int(x) for x in pathlib.Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
-  except OSError:
-    return None
-  idle = fields[3] + fields[4]
-  return sum(fields) - idle, sum(fields)
-
-
-class OtherLoad:
-  """Wall time from creation to `stop()`, and the share of the machine's CPU time that processes other than this
-  one and its finished children used meanwhile (from /proc/stat): how quiet the machine was for a run."""
-
-  def __init__(self):
-    self._cpu, self._wall, self._own = _cpu_times(), time.perf_counter(), self._own_seconds()
-
-  @staticmethod
-  def _own_seconds() -> float:
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return children.ru_utime + children.ru_stime + time.process_time()
-
-  def stop(self) -> tuple[float, float | None]:
-    """(wall seconds, other processes' share of all CPU time, rounded to 3 digits; None off Linux)."""
-    wall, after = time.perf_counter() - self._wall, _cpu_times()
-    if not (self._cpu and after):
-      return wall, None
-    ticks = os.sysconf("SC_CLK_TCK")
-    busy, total = (after[0] - self._cpu[0]) / ticks, (after[1] - self._cpu[1]) / ticks
-    own = self._own_seconds() - self._own
-    return wall, round(max(0.0, busy - own) / total, 3) if total else None
 
 
 def machine(argv: list[str] | None = None) -> dict:

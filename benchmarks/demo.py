@@ -16,6 +16,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import time
 
 import common
 
@@ -33,15 +34,16 @@ def main(argv=None) -> int:
     parser.error(f"{workdir} already holds a run; name a new --workdir")
   machine = common.announce([sys.argv[0], *argv])
   command = [sys.executable, "-m", "jformer.main", "train", f"--config={args.config}", f"--workdir={workdir}", *extra]
-  load = common.OtherLoad()
+  meter, start = common.CpuMeter(), time.perf_counter()
+  meter.start()
   process = subprocess.run(command, cwd=common.REPO, check=False)
-  wall, busy_other = load.stop()
+  wall, busy_other = time.perf_counter() - start, meter.stop()
   if process.returncode != 0:
     print(f"jformer train exited with status {process.returncode}", file=sys.stderr)
     return process.returncode
   results = json.loads((workdir / "results.json").read_text())
   record = {"benchmark": "demo", "machine": machine, "config": args.config, "overrides": extra,
-            "wall_seconds": round(wall, 1), "busy_share_other": busy_other,
+            "wall_seconds": round(wall, 1), "busy_share_other": None if busy_other is None else round(busy_other, 3),
             "results": results}
   summary = {k: results.get(k) for k in ("bleu", "step", "planned_steps", "budget_step_seconds", "eval_loss")}
   print(json.dumps(summary))

@@ -2,7 +2,8 @@
 the baseline card it was printed beside, its progress lines, its wall time and how busy the machine was, into
 benchmarks/results/report_card_<variant>.json (docs/results/report_card.md), and its plot into docs/results/.
 
-    python benchmarks/report_card.py [--workdir=runs/report_card_benchmark] -- --config.imports=tests/plugins/learned_temperature.py --config.model.attention=learned_temperature
+    python benchmarks/report_card.py [--workdir=runs/report_card_benchmark] -- \
+        --config.imports=tests/plugins/learned_temperature.py --config.model.attention=learned_temperature
 
 Arguments after `--` go to `jformer report-card` unchanged. The workdir (one folder per variant inside) must not
 hold the variant's card yet: its finished runs would only be read back.
@@ -16,6 +17,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import time
 
 import common
 
@@ -39,21 +41,24 @@ def main(argv=None) -> int:
   machine = common.announce([sys.argv[0], *argv])
   baseline = report_card.cached_row(report_card.variant_name(report_card.BASELINE))
   command = [sys.executable, "-m", "jformer.main", "report-card", f"--workdir={workdir}", *extra]
-  load = common.OtherLoad()
+  meter, start = common.CpuMeter(), time.perf_counter()
+  meter.start()
   process = subprocess.Popen(command, cwd=common.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   output = []
   for line in process.stdout:
     print(line, end="", flush=True)
     output.append(line.rstrip("\n"))
-  wall, busy_other = load.stop()
-  if process.wait() != 0:
-    print(f"jformer report-card exited with status {process.returncode}", file=sys.stderr)
-    return process.returncode
+  returncode = process.wait()  # reaped first: its CPU time is then this run's own (common.CpuMeter)
+  wall, busy_other = time.perf_counter() - start, meter.stop()
+  if returncode != 0:
+    print(f"jformer report-card exited with status {returncode}", file=sys.stderr)
+    return returncode
   figure = pathlib.Path("docs/results") / f"report_card_{name}.png"
   shutil.copyfile(workdir / "report_card.png", common.REPO / figure)
   markdown = (workdir / "report_card.md").read_text()
   record = {"benchmark": "report_card", "machine": machine, "overrides": extra, "wall_seconds": round(wall, 1),
-            "busy_share_other": busy_other, "card": json.loads((workdir / "report_card.json").read_text()),
+            "busy_share_other": None if busy_other is None else round(busy_other, 3),
+            "card": json.loads((workdir / "report_card.json").read_text()),
             "baseline": baseline, "table": markdown.split("\n\n")[1], "figure": figure.name,
             "progress": [line for line in output if line.startswith(PROGRESS)]}
   common.write_json(args.json or f"benchmarks/results/report_card_{name}.json", record)

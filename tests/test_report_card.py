@@ -59,7 +59,9 @@ def test_comparison_with_the_baseline():
   time = suite_lib.Metric("t", "t", "p", "ms", False, "ratio", 0)
   assert card_lib.comparison(accuracy, 0.9, 0.5) == "+0.400 (better)"
   assert card_lib.comparison(accuracy, 0.5, 0.9) == "-0.400 (worse)"
-  assert card_lib.comparison(accuracy, 0.5, 0.5002) == "-0.000"  # equal as printed: neither better nor worse.
+  assert card_lib.comparison(accuracy, 0.5, 0.5002) == "+0.000"  # equal as printed: neither better nor worse.
+  bits = suite_lib.Metric("b", "b", "p", "test_bits_per_byte_at.256", False, "difference", 3)
+  assert card_lib.comparison(bits, 1.6974, 1.6976) == "-0.001 (better)"  # 1.697 against 1.698, as printed
   assert card_lib.comparison(time, 300.0, 200.0) == "1.50x (worse)"
   assert card_lib.comparison(time, 100.0, 200.0) == "0.50x (better)"
   assert card_lib.comparison(time, None, 200.0) == "-"

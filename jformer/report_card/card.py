@@ -127,7 +127,7 @@ def comparison(metric: Metric, x, base) -> str:
       return "-"
     text, same = f"{x / base:.2f}x", f"{x / base:.2f}" == "1.00"
   else:
-    text = f"{x - base:+.{metric.digits}f}"
+    text = f"{round(x, metric.digits) - round(base, metric.digits):+.{metric.digits}f}"  # of the figures shown
     same = _figure(metric, x) == _figure(metric, base)
   if same:
     return text
