@@ -21,6 +21,7 @@ Config overrides are `--config.<dotted.key>=<value>` after the sub-command. Ever
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 
@@ -217,11 +218,13 @@ def report_card(args, overrides):
   baseline_name = rc.variant_name(rc.BASELINE)
   baseline = rc.cached_row(baseline_name)
   expected = baseline["seconds"] if baseline else None
+  command = shlex.join(["jformer", "report-card", *sys.argv[2:]])
   if args.remeasure:  # the baseline graded here first (the variant's own workdir when it is the baseline).
     baseline = rc.grade(rc.BASELINE, workdir if name == baseline_name else workdir.parent / baseline_name,
-                        expected=expected)
+                        expected=expected, command=command)
     print(f"cached {rc.save_row(baseline)}")
-  card = baseline if args.remeasure and name == baseline_name else rc.grade(overrides, workdir, expected=expected)
+  card = (baseline if args.remeasure and name == baseline_name else
+          rc.grade(overrides, workdir, expected=expected, command=command))
   paths = rc.write(card, None if card is baseline else baseline, workdir)
   print(open(paths["report_card.md"]).read().split("\n\n![")[0])
   print("written: " + ", ".join(paths.values()))

@@ -13,8 +13,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shlex
-import sys
 import time
 from typing import Any, Callable
 
@@ -90,10 +88,11 @@ def remaining_seconds(done: list[str], todo: list[str], elapsed: float, expected
 
 
 def grade(overrides: dict[str, Any], workdir: epath.PathLike, *, suite: Suite | None = None,
-          expected: dict[str, float] | None = None, say: Callable[[str], None] = print) -> dict:
+          expected: dict[str, float] | None = None, say: Callable[[str], None] = print,
+          command: str = "") -> dict:
   """Trains and measures every part of `suite` (default: `default_suite()`) for the variant the `overrides`
   define, in `<workdir>/<part>`; returns the card. `expected`: seconds per part (the baseline card's), for the
-  ETA in the progress lines."""
+  ETA in the progress lines; `command`: what graded it, recorded in the card."""
   suite = suite or default_suite()
   workdir = epath.Path(workdir)
   name = variant_name(overrides)
@@ -111,7 +110,7 @@ def grade(overrides: dict[str, Any], workdir: epath.PathLike, *, suite: Suite | 
           "values": {m.name: value(results[m.part], m.key) for m in suite.metrics},
           "seconds": seconds, "total_seconds": sum(seconds.values()),  # reused runs count as they ran
           "machine": provenance.machine(REPO, exclude=("jformer/report_card/rows",)),
-          "command": shlex.join(["jformer", "report-card", *sys.argv[2:]])}
+          "command": command or "jformer.report_card.grade (Python)"}
 
 
 def _figure(metric: Metric, x) -> str:
