@@ -26,7 +26,8 @@ def test_mqar_grid_expands_to_every_variant_length_width_and_rate(repo_root, mon
               o["model.d_model"], o["optimizer.learning_rate_scale"]))
   assert seen == set(itertools.product(module["VARIANTS"], module["GRID"], module["WIDTHS"],
                                        module["LEARNING_RATE_SCALES"]))
-  hybrid = config_lib.load(repo_root / grid.base, {k: sweep.cli_value(v) for k, v in grid.points[-1].overrides.items()})
+  last_hybrid = next(p for p in reversed(grid.points) if module["row_of"](p.overrides).startswith("hybrid"))
+  hybrid = config_lib.load(repo_root / grid.base, {k: sweep.cli_value(v) for k, v in last_hybrid.overrides.items()})
   assert hybrid.model.layer_pattern == ("linear", "softmax") and hybrid.model.num_decoder_layers == 2
   assert hybrid.data.dataset_options.num_kv_pairs == 16 and hybrid.model.d_model == 128
 
