@@ -15,8 +15,10 @@ while linear attention (and gated convolutions) need a width that grows with the
 tokens back, fewer than most of the gaps between a key and its query. The hybrid alternates a linear and a softmax
 layer (Based-like).
 
-3 x 3 x 3 x 6 = 162 points; on 2 cores a point takes 15-40 s of training (width 32-128) and about 11 s of
-start-up, `additive` about twice that: the grid takes about 2 hours.
+3 x 3 x 3 x 6 = 162 points. Measured on 2 cores (docs/results/sweeps.md): the 64-token panel takes about an hour,
+5-6 minutes per variant for its 9 points (11-60 s of training each, plus about 11 s of start-up) and about 25 for
+`additive` (its [T, S, d] scores). The longer panels cost more, and at 500 steps dot_product does not learn them
+(0.14 and 0.07 at width 64, docs/results/report_card.md): the whole grid does not fit the 2-hour budget here.
 """
 
 from launch import sweep
