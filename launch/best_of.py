@@ -72,7 +72,8 @@ def plot(groups: list[dict], figure: dict, path: os.PathLike | str, title: str) 
   panels = list(dict.fromkeys(g["panel"] for g in groups))
   names = list(dict.fromkeys(g["row"] for g in groups))
   xs = sorted({g["x"] for g in groups})
-  canvas, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.5 * max(len(panels), 1), 4.2), squeeze=False)
+  canvas, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.5 * max(len(panels), 1), 4.2), squeeze=False,
+                              sharey=True)
   for ax, panel in zip(axes[0], panels):
     for name in names:
       line = sorted((g["x"], g["value"]) for g in groups if g["panel"] == panel and g["row"] == name)
@@ -83,7 +84,8 @@ def plot(groups: list[dict], figure: dict, path: os.PathLike | str, title: str) 
     ax.set(title=", ".join(f"{k.split('.')[-1]} {v}" for k, v in zip(figure["panels"], panel)),
            xlabel=figure["x"].split(".")[-1], ylabel=f"best {figure['metric']}")
     ax.grid(alpha=0.3)
-  axes[0][-1].legend(fontsize="small")
+  handles = {label: handle for ax in axes[0] for handle, label in zip(*ax.get_legend_handles_labels())}
+  axes[0][0].legend(handles.values(), handles.keys(), fontsize="small")  # every row, whichever panel has it
   canvas.suptitle(title)
   canvas.tight_layout()
   with epath.Path(path).open("wb") as f:
