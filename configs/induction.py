@@ -10,6 +10,7 @@ The rule is in jformer/data/synthetic/induction.py. Chance is 1/15 (the answer i
 import pathlib
 
 from jformer import config as jconfig
+from jformer.config.synthetic import use_synthetic_task
 
 HERE = pathlib.Path(__file__).parent
 
@@ -19,9 +20,5 @@ SEQ_LEN = 64
 
 def get_config():
   config = jconfig.read(HERE / "mqar.py")  # the same 2-layer decoder and recipe, another dataset.
-  config.model.vocab_size = 3 + VOCAB
-  config.model.max_length = SEQ_LEN
-  config.data.dataset = "induction"
-  config.data.dataset_options = dict(vocab_size=VOCAB, seq_len=SEQ_LEN)
-  config.data.max_length = SEQ_LEN
+  use_synthetic_task(config, "induction", vocab_size=VOCAB, seq_len=SEQ_LEN)
   return config

@@ -12,6 +12,7 @@ the task's (3 reserved ids + dataset_options.vocab_size), data.max_length and mo
 """
 
 from jformer.config import base_config
+from jformer.config.synthetic import use_synthetic_task
 
 SEQ_LEN = 64
 VOCAB = 64  # task tokens: keys 1..31, values 32..63 (Zoology uses 8192; a small vocabulary trains in minutes).
@@ -22,20 +23,17 @@ def get_config():
   model = config.model
   model.architecture = "synthetic"  # decoder-only; loss and accuracy on the answers only.
   model.attention = "dot_product"
-  model.vocab_size = 3 + VOCAB  # pad, eos, unk, then the task's tokens.
   model.d_model = 64
   model.num_heads = 2
   model.d_ff = 256
   model.num_decoder_layers = 2
   model.dropout_rate = 0.0
   model.norm = "pre"
-  model.max_length = SEQ_LEN
   model.dtype = "float32"
 
+  # model.vocab_size: pad, eos, unk, then the task's tokens; both maximum lengths: SEQ_LEN.
+  use_synthetic_task(config, "mqar", vocab_size=VOCAB, seq_len=SEQ_LEN, num_kv_pairs=4)
   data = config.data
-  data.dataset = "mqar"
-  data.dataset_options = dict(vocab_size=VOCAB, seq_len=SEQ_LEN, num_kv_pairs=4)
-  data.max_length = SEQ_LEN
   data.batch_size = 64
   data.eval_batch_size = 100  # the valid and test splits hold 1,000 examples each (dataset_options.eval_examples).
 

@@ -11,6 +11,7 @@ The rule is in jformer/data/synthetic/selective_copy.py. Chance is 1/14 per answ
 import pathlib
 
 from jformer import config as jconfig
+from jformer.config.synthetic import use_synthetic_task
 
 HERE = pathlib.Path(__file__).parent
 VOCAB = 16  # Mamba's: blank, delimiter and 14 data tokens.
@@ -20,10 +21,6 @@ NUM_TOKENS = 16
 
 def get_config():
   config = jconfig.read(HERE / "mqar.py")  # the same 2-layer decoder and recipe, another dataset.
-  config.model.vocab_size = 3 + VOCAB
-  config.model.max_length = SEQ_LEN
-  config.data.dataset = "selective_copy"
-  config.data.dataset_options = dict(vocab_size=VOCAB, seq_len=SEQ_LEN, num_tokens=NUM_TOKENS)
-  config.data.max_length = SEQ_LEN
+  use_synthetic_task(config, "selective_copy", vocab_size=VOCAB, seq_len=SEQ_LEN, num_tokens=NUM_TOKENS)
   config.data.batch_size = 16
   return config
