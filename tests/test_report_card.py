@@ -35,7 +35,7 @@ def test_suite_holds_the_mqar_grid_points_and_every_part_loads(repo_root):
       assert config.model.d_model == 64 and config.optimizer.learning_rate_scale == 0.25
   names = {part.name for part in suite.parts}
   assert {metric.part for metric in suite.metrics} == names
-  assert len({metric.name for metric in suite.metrics}) == len(suite.metrics) == 12
+  assert len({metric.name for metric in suite.metrics}) == len(suite.metrics) == 11
 
 
 def test_only_a_variants_keys_may_be_overridden():

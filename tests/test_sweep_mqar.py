@@ -1,5 +1,6 @@
-"""The Zoology grid sweep (configs/sweeps/mqar.py): every variant over every (length, pairs), width and learning
-rate, each point a valid config whose generator and model agree on the length."""
+"""The Zoology grid sweep (configs/sweeps/mqar.py): every variant over the widths and learning rates at the first
+(length, pairs), every variant but additive at the middle rate at the longer ones, each point a valid config whose
+generator and model agree on the length and which trains for its point's steps."""
 
 from __future__ import annotations
 
@@ -9,27 +10,30 @@ import runpy
 from jformer import config as config_lib
 
 
-def test_mqar_grid_expands_to_every_variant_length_width_and_rate(repo_root, monkeypatch):
+def test_mqar_grid_expands_to_its_variants_lengths_widths_and_rates(repo_root, monkeypatch):
   from launch import sweep
 
   monkeypatch.chdir(repo_root)
   grid = sweep.load("configs/sweeps/mqar.py")
   module = runpy.run_path("configs/sweeps/mqar.py")
-  assert len(grid.points) == 6 * 3 * 3 * 3 == 162
+  assert len(grid.points) == 6 * 3 * 3 + 5 * 3 == 69
   seen = set()
   for point in grid.points:
     o = point.overrides
     assert o["data.dataset_options.seq_len"] == o["data.max_length"] == o["model.max_length"]
     assert o["data.batch_size"] * o["data.max_length"] == 4096  # the same answers per step at every length
     assert o["model.d_ff"] == 4 * o["model.d_model"]
+    assert point.steps == o["train.steps"] == {64: 500, 128: 3000}[o["data.max_length"]]
     seen.add((module["row_of"](o), (o["data.dataset_options.seq_len"], o["data.dataset_options.num_kv_pairs"]),
               o["model.d_model"], o["optimizer.learning_rate_scale"]))
-  assert seen == set(itertools.product(module["VARIANTS"], module["GRID"], module["WIDTHS"],
-                                       module["LEARNING_RATE_SCALES"]))
+  variants, (first, longer), widths, rates = (module[k] for k in ("VARIANTS", "GRID", "WIDTHS",
+                                                                     "LEARNING_RATE_SCALES"))
+  assert seen == (set(itertools.product(variants, [first], widths, rates))
+                  | set(itertools.product([v for v in variants if v != "additive"], [longer], widths, [0.25])))
   last_hybrid = next(p for p in reversed(grid.points) if module["row_of"](p.overrides).startswith("hybrid"))
   hybrid = config_lib.load(repo_root / grid.base, {k: sweep.cli_value(v) for k, v in last_hybrid.overrides.items()})
   assert hybrid.model.layer_pattern == ("linear", "softmax") and hybrid.model.num_decoder_layers == 2
-  assert hybrid.data.dataset_options.num_kv_pairs == 16 and hybrid.model.d_model == 128
+  assert hybrid.data.dataset_options.num_kv_pairs == 8 and hybrid.model.d_model == 128
 
 
 def test_report_keeps_the_best_rate_per_group_and_draws_it(tmp_path, monkeypatch, repo_root):

@@ -527,8 +527,8 @@ def report_card_section(path: str, data: dict) -> str:
 
 REPORT_CARD_INTRO = """\
 `jformer report-card` (jformer/report_card/) grades an attention variant on a fixed suite and prints it beside
-dot-product attention's cached card: answer accuracy on the test split of MQAR at the three points of
-configs/sweeps/mqar.py (width 64, 500 steps), induction heads and selective copying (configs/induction.py,
+dot-product attention's cached card: answer accuracy on the test split of MQAR at the two points of
+configs/sweeps/mqar.py (width 64; 64 tokens and 4 pairs for 500 steps, 128 and 8 for 3,000), induction heads and selective copying (configs/induction.py,
 configs/selective_copy.py); the LM demo's test bits per byte at its trained context 256 and at 512 and 1,024; one
 train step of the LM demo's model at 2,048 tokens (median ms of 5, compiled temporary memory); one decode step for 8
 rows after 1,024 positions (median ms of 5, the decode state). Recorded with `benchmarks/report_card.py`, which runs

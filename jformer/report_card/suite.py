@@ -1,8 +1,8 @@
 """The report card's fixed suite: what it trains and measures, and the figures it reads from each part.
 
 Training runs (each a config of configs/ with the variant's overrides on top, trained with `jformer train`'s loop):
-  mqar_64x4, mqar_128x8, mqar_256x16  multi-query associative recall (Zoology), the three points of
-                                      configs/sweeps/mqar.py at width 64 and configs/mqar.py's learning rate.
+  mqar_64x4, mqar_128x8               multi-query associative recall (Zoology), the points of configs/sweeps/mqar.py
+                                      (500 and 3,000 steps) at width 64 and configs/mqar.py's learning rate.
   induction                           configs/induction.py: the token after the trigger's first occurrence.
   selective_copy                      configs/selective_copy.py: 16 tokens scattered in 256, copied in order.
   lm                                  configs/lm_demo.py: bits per byte of the bundled English text's test split at the
