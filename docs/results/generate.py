@@ -537,6 +537,43 @@ bit are within what another seed moves.
 """
 
 
+def peers_section(path: str, data: dict) -> str:
+  def first(r):
+    if "compile_s" in r:
+      return f"XLA compile {r['compile_s']} s"
+    return f"{'compile (first step)' if r['mode'] == 'compile' else 'first step'} {r['first_step_s']} s"
+
+  def cells(r):
+    name = [r["shape"], r["framework"], r["mode"], r["dtype"]]
+    if r["status"] != "ok":
+      return name + ["failed", "-", "-", "-", "-", r["reason"]]
+    vs = r.get("vs_torch_bf16")
+    return name + [timing(r["step_ms"], 1), count(r["tokens_per_s"]), "-" if vs is None else f"{vs:.2f}x",
+                   percent(r["mfu"]), disturbed(r["step_ms"]), "; ".join(filter(None, [r.get("note"), first(r)]))]
+
+  body = table(["shape", "framework", "mode", "dtype", "step ms median (min-max)", "tokens/s", "vs torch bf16",
+                "CPU MFU", "disturbed reps", "note"], [cells(r) for r in data["rows"]], "llllrrrrrl")
+  peaks = "\n".join(f"- {shape} peaks ({data['peak_size']}^3 matmul, median GFLOP/s between the steps): "
+                     + ", ".join(f"{k} {v['gflop_per_s']}" for k, v in probes.items())
+                     for shape, probes in data["peaks"].items())
+  parameters = "\n".join(f"- {shape} parameters: jformer {c['jformer']:,}, torch {c['torch']:,}"
+                          for shape, c in data["parameters"].items())
+  threads = f"torch {data['machine'].get('torch', '?')}, {data['machine'].get('torch_threads', '?')} intra-op threads."
+  return paragraphs(provenance(path, data), threads, body, peaks, parameters)
+
+
+PEERS_INTRO = """\
+`benchmarks/peers.py` times one train step (forward, backward, AdamW update) of PyTorch's `torch.nn.Transformer`
+(post-LN, tied embeddings, label smoothing 0.1, dropout 0.1), eager in float32 and under
+`torch.autocast("cpu", dtype=torch.bfloat16)`, and compiled with `torch.compile`, beside jformer's own step in float32
+and bfloat16, on the TINY and BASE shapes of `benchmarks/common.py`, in one process, the contenders taking turns
+every round. tokens/s = batch x (source + target) / median step; CPU MFU = the matmul FLOPs of
+`common.Shape.train_flops` / median / JAX's matmul peak of the row's dtype; vs torch bf16 = tokens/s over the
+`torch-eager-bf16` row of the same shape. What differs between the two models (torch's key bias and final norms,
+its attention and ReLU dropout) is in the script's docstring.
+"""
+
+
 @dataclasses.dataclass(frozen=True)
 class Page:
   file: str
@@ -575,6 +612,8 @@ PAGES = (
          "point and of a resume, with and without the cache", COMPILE_CACHE_INTRO, compile_cache_section),
     Page("report_card.md", "Report cards", "report_card", "`jformer report-card` on a variant: synthetic recall, "
          "LM bits per byte, step time, memory, decode", REPORT_CARD_INTRO, report_card_section, timed=False),
+    Page("peers.md", "Beside PyTorch", "peers", "jformer's train step against PyTorch's nn.Transformer, eager "
+         "and compiled, float32 and bfloat16 autocast", PEERS_INTRO, peers_section),
     Page("compile.md", "Scanned layers: compile and step time", "compile", "train step compile seconds and step "
          "ms at 6, 12 and 24 layers, looped against scanned", COMPILE_INTRO, compile_section),
 )
