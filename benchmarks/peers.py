@@ -385,7 +385,8 @@ def main(argv=None):
           + " (MFU divides by JAX's of the row's dtype)", flush=True)
   print(table(rows))
   common.write_json(args.json, {"benchmark": "peers", "tiny": args.tiny, "machine": machine,
-                                "peak_size": peak_size, "peaks": peaks, "parameters": parameters, "rows": rows})
+                                "peak_size": peak_size, "peaks": peaks, "parameters": parameters, "rows": rows,
+                                "table": table(rows)})
   return rows
 
 

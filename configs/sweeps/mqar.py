@@ -21,7 +21,7 @@ plateau (it knows the pairs' values, not which one) between steps 2,000 and 2,50
 1.000 at 3,000, 2.5 minutes); at 256/16 it is still on it after 8,000 steps (0.135, 10 minutes). So STEPS trains
 64/4 for 500 steps and 128/8 for 3,000; the 128/8 points run at the middle learning-rate scale only and leave
 `additive` out (its [T, S, d] scores make a 64-token point 4-8x the others'); 256/16 is not in the grid. The 54
-points at 64/4 take about an hour, the 15 at 128/8 about 45 minutes.
+points at 64/4 take about an hour, the 15 at 128/8 about an hour more.
 """
 
 from launch import sweep
@@ -73,11 +73,10 @@ def get_sweep():
   variant but `additive` over the widths at the middle scale (the module docstring says why). The grid point is
   outermost, so that the first (shortest) point's panel is complete first."""
   first, *longer = GRID
-  every_rate = sweep.product([grid_point(*first)], [dict(row) for row in VARIANTS.values()],
-                             [width(d) for d in WIDTHS],
+  widths = [width(d) for d in WIDTHS]
+  every_rate = sweep.product([grid_point(*first)], [dict(row) for row in VARIANTS.values()], widths,
                              sweep.axis("optimizer.learning_rate_scale", LEARNING_RATE_SCALES))
   middle_rate = sweep.product([grid_point(*point) for point in longer],
-                              [dict(row) for name, row in VARIANTS.items() if name != "additive"],
-                              [width(d) for d in WIDTHS],
+                              [dict(row) for name, row in VARIANTS.items() if name != "additive"], widths,
                               sweep.axis("optimizer.learning_rate_scale", LEARNING_RATE_SCALES[1:2]))
   return every_rate + middle_rate

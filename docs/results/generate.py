@@ -528,8 +528,8 @@ def report_card_section(path: str, data: dict) -> str:
 REPORT_CARD_INTRO = """\
 `jformer report-card` (jformer/report_card/) grades an attention variant on a fixed suite and prints it beside
 dot-product attention's cached card: answer accuracy on the test split of MQAR at the two points of
-configs/sweeps/mqar.py (width 64; 64 tokens and 4 pairs for 500 steps, 128 and 8 for 3,000), induction heads and selective copying (configs/induction.py,
-configs/selective_copy.py); the LM demo's test bits per byte at its trained context 256 and at 512 and 1,024; one
+configs/sweeps/mqar.py (width 64; 64 tokens and 4 pairs for 500 steps, 128 and 8 for 3,000), induction heads and
+selective copying (configs/induction.py, configs/selective_copy.py); the LM demo's test bits per byte at its trained context 256 and at 512 and 1,024; one
 train step of the LM demo's model at 2,048 tokens (median ms of 5, compiled temporary memory); one decode step for 8
 rows after 1,024 positions (median ms of 5, the decode state). Recorded with `benchmarks/report_card.py`, which runs
 the command as a subprocess. One seed per training part: differences of a few points of accuracy or hundredths of a
@@ -538,28 +538,14 @@ bit are within what another seed moves.
 
 
 def peers_section(path: str, data: dict) -> str:
-  def first(r):
-    if "compile_s" in r:
-      return f"XLA compile {r['compile_s']} s"
-    return f"{'compile (first step)' if r['mode'] == 'compile' else 'first step'} {r['first_step_s']} s"
-
-  def cells(r):
-    name = [r["shape"], r["framework"], r["mode"], r["dtype"]]
-    if r["status"] != "ok":
-      return name + ["failed", "-", "-", "-", "-", r["reason"]]
-    vs = r.get("vs_torch_bf16")
-    return name + [timing(r["step_ms"], 1), count(r["tokens_per_s"]), "-" if vs is None else f"{vs:.2f}x",
-                   percent(r["mfu"]), disturbed(r["step_ms"]), "; ".join(filter(None, [r.get("note"), first(r)]))]
-
-  body = table(["shape", "framework", "mode", "dtype", "step ms median (min-max)", "tokens/s", "vs torch bf16",
-                "CPU MFU", "disturbed reps", "note"], [cells(r) for r in data["rows"]], "llllrrrrrl")
+  """The table `benchmarks/peers.py` printed (kept in its JSON), the peaks and the parameter counts."""
   peaks = "\n".join(f"- {shape} peaks ({data['peak_size']}^3 matmul, median GFLOP/s between the steps): "
                      + ", ".join(f"{k} {v['gflop_per_s']}" for k, v in probes.items())
                      for shape, probes in data["peaks"].items())
   parameters = "\n".join(f"- {shape} parameters: jformer {c['jformer']:,}, torch {c['torch']:,}"
                           for shape, c in data["parameters"].items())
   threads = f"torch {data['machine'].get('torch', '?')}, {data['machine'].get('torch_threads', '?')} intra-op threads."
-  return paragraphs(provenance(path, data), threads, body, peaks, parameters)
+  return paragraphs(provenance(path, data), threads, data["table"], peaks, parameters)
 
 
 PEERS_INTRO = """\
