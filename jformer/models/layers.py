@@ -371,7 +371,7 @@ class FeedForward(nn.Module):
 
 
 class Dropout(nn.Module):
-  """`nn.Dropout`'s interface, computed by `jformer.ops.dropout` (8 random bits per element, rate in 1/256 steps)."""
+  """`nn.Dropout`'s interface, computed by `jformer.ops.dropout` (a hashed 32-bit draw per element, fused into the mask)."""
   rate: float
 
   @nn.compact
@@ -382,7 +382,11 @@ class Dropout(nn.Module):
 
 
 def residual(x_BxLxD, sublayer, *, norm: nn.Module, dropout: nn.Module, pre_norm: bool, deterministic: bool):
-  """Post-LN: LayerNorm(x + Dropout(Sublayer(x))) (paper Sec. 3.1, 5.4); pre-LN: x + Dropout(Sublayer(LN(x)))."""
+  """Post-LN: LayerNorm(x + Dropout(Sublayer(x))) (paper Sec. 3.1, 5.4); pre-LN: x + Dropout(Sublayer(LN(x))).
+
+  The result has x's dtype (the model's compute dtype: the embeddings'): the residual stream stays in it from
+  layer to layer (a scanned stack needs that of its carry), the norm computing its statistics in float32 inside
+  the one fused op."""
   if pre_norm:
     return x_BxLxD + dropout(sublayer(norm(x_BxLxD)), deterministic=deterministic)
-  return norm(x_BxLxD + dropout(sublayer(x_BxLxD), deterministic=deterministic))
+  return norm(x_BxLxD + dropout(sublayer(x_BxLxD), deterministic=deterministic)).astype(x_BxLxD.dtype)

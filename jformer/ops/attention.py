@@ -8,6 +8,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jformer.ops.dropout import dropout
 from jformer.ops.softcap import soft_cap
 
 
@@ -54,8 +55,7 @@ def dot_product_attention(
   if dropout_rate > 0.0:
     if dropout_rng is None:
       raise ValueError("dropout_rate > 0 needs a dropout_rng")
-    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights_BxHxTxS.shape)
-    weights_BxHxTxS = jnp.where(keep, weights_BxHxTxS / (1.0 - dropout_rate), 0.0).astype(value.dtype)
+    weights_BxHxTxS = dropout(weights_BxHxTxS, dropout_rate, dropout_rng)
   return jnp.einsum("bhts,bshd->bthd", weights_BxHxTxS, repeat_kv(value, query.shape[2]))
 
 

@@ -1,34 +1,60 @@
-"""Dropout (Srivastava et al. 2014; paper Sec. 5.4) from 8 random bits per element.
+"""Dropout (Srivastava et al. 2014; paper Sec. 5.4) from a counter-based hash: one 32-bit draw per element.
 
-Flax's dropout draws a float32 uniform per element: 32 threefry bits each, which on a CPU cost more than a
-Transformer layer's elementwise work. Here each 32-bit draw decides four elements, comparing one byte each with
-`round(rate * 256)`: the rate applied is the nearest multiple of 1/256 (0.1 -> 26/256 = 0.1016), and the kept
-elements are scaled by the inverse of the kept fraction actually applied, so that E[dropout(x)] = x exactly.
+Flax's dropout draws a float32 uniform per element from threefry (20 rounds per 64 bits), which on a CPU costs
+more than a Transformer layer's elementwise work, and materializes the bits as an array. Here the key gives two
+32-bit seeds (one threefry draw), and each element's draw is a hash of its flat index and the seeds: two rounds of
+`lowbias32` (C. Wellons' integer hash, a bijection of 32-bit words with full avalanche). The draw is a handful of
+integer operations that XLA fuses into the select that applies the mask, so no random array is written, and the
+backward pass recomputes the mask for free. An element is dropped when its draw is below `round(rate * 2^32)`:
+the rate applied is `rate` to 2^-32, and the kept elements are scaled by the inverse of the kept fraction applied,
+so that E[dropout(x)] = x exactly. Same key, same mask, on every backend: resuming a run replays its masks.
 """
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
+from jax import lax
 
-LEVELS = 256  # one byte per element.
+DRAWS = 2**32  # one 32-bit draw per element.
 
 
 def applied_rate(rate: float) -> float:
-  """The dropout rate `dropout` applies for `rate`: the nearest multiple of 1/256 (0 only for 0)."""
+  """The dropout rate `dropout` applies for `rate`: the nearest multiple of 2^-32 (0 only for 0)."""
   if not 0.0 <= rate < 1.0:
     raise ValueError(f"dropout rate {rate} is not in [0, 1)")
-  return (max(1, round(rate * LEVELS)) if rate > 0 else 0) / LEVELS
+  return (min(DRAWS - 1, max(1, round(rate * DRAWS))) if rate > 0 else 0) / DRAWS
+
+
+def _lowbias32(h: jax.Array) -> jax.Array:
+  """A bijection of uint32 words whose output bits each depend on every input bit (Wellons' `lowbias32`)."""
+  h = h ^ (h >> 16)
+  h = h * jnp.uint32(0x7FEB352D)
+  h = h ^ (h >> 15)
+  h = h * jnp.uint32(0x846CA68B)
+  return h ^ (h >> 16)
+
+
+def random_words(key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+  """uint32 words of `shape`, one per element: a hash of the element's flat index under two seeds drawn from
+  `key` (a jax.random key of any implementation). Distinct elements get distinct words for one key."""
+  size = math.prod(shape)
+  if size > DRAWS:
+    raise ValueError(f"random_words draws one 32-bit word per element: {size} elements of {shape} exceed 2^32; "
+                     "apply dropout to smaller pieces")
+  seeds = jax.random.bits(key, (2,), jnp.uint32)
+  index = lax.iota(jnp.uint32, size).reshape(shape)
+  return _lowbias32(_lowbias32(index + seeds[0]) ^ seeds[1])
 
 
 def dropout(x: jax.Array, rate: float, key: jax.Array) -> jax.Array:
   """Zeroes each element of `x` (any shape) with probability `applied_rate(rate)`, scales the others by
   1 / (1 - that rate); `key` a jax.random key. Same shape and dtype as `x`."""
-  threshold = round(applied_rate(rate) * LEVELS)
+  threshold = round(applied_rate(rate) * DRAWS)
   if threshold == 0:
     return x
-  words = jax.random.bits(key, (-(-x.size // 4),), jnp.uint32)
-  bytes_ = jnp.concatenate([(words >> shift) & 0xFF for shift in (0, 8, 16, 24)])[:x.size].reshape(x.shape)
-  keep = bytes_ >= threshold
-  scale = jnp.asarray(LEVELS / (LEVELS - threshold), x.dtype)
+  keep = random_words(key, x.shape) >= jnp.uint32(threshold)
+  scale = jnp.asarray(DRAWS / (DRAWS - threshold), x.dtype)
   return jnp.where(keep, x * scale, jnp.zeros((), x.dtype))
