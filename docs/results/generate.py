@@ -186,6 +186,9 @@ CAPTIONS = {
     "train_step_similarity.json": "The similarity-function variants at TINY (the paper's Sec. 3.2.1 comparison).",
     "attention_similarity.json": "The similarity functions on the chunked engine against `chunked` and the dense "
                                  "reference, at 2048 tokens.",
+    "profile_step.json": "After issue 29's changes (the current code); compare `profile_step_before_29.json`.",
+    "profile_step_before_29.json": "Before issue 29's changes (4a2669f), traced in the same session as "
+                                   "`profile_step.json`, the one after the other.",
     "attention_window.json": "A sliding window as data: `local` with a window of 128 (run by `auto` on CPU as "
                              "`chunked` with `window=(127, 127)`, skipping the blocks outside it) against `chunked` "
                              "without a window and the dense reference, causal, at 2,048 and 8,192 tokens.",
@@ -331,7 +334,9 @@ def profile_section(path: str, data: dict) -> str:
                  percent(sum(ms for _, ms in rest) / total)])
     parts.append(f"**{r['shape']} {r['dtype']}**: {fixed(r['step_ms_traced'], 1)} ms per traced step, "
                  f"{fixed(total, 1)} ms of op time; the matmul kinds take {fixed(r['matmul_ms'], 1)} ms "
-                 f"({percent(r['matmul_ms'] / total)} of op time) = {fixed(r['matmul_gflop_per_s'], 1)} GFLOP/s.")
+                 f"({percent(r['matmul_ms'] / total)} of op time) = {fixed(r['matmul_gflop_per_s'], 1)} GFLOP/s."
+                 + (f" {count(r['ops_per_step'])} ops per step; no op runs for {fixed(r['idle_ms'], 1)} ms of the "
+                    "traced step." if "ops_per_step" in r else ""))
     parts.append(table(["op kind", "ms per step", "share of op time"], rows, "lrr"))
   return paragraphs(*parts)
 
@@ -344,7 +349,9 @@ ones. Op time per kind = the trace's op (thunk) names with their numeric suffix 
 of op time = of the sum over all kinds. Op time can exceed the step time where XLA runs two ops at once, and the
 profiler slows the step: a traced step is not the step time of [train_step.md](train_step.md). The matmul kinds are
 `ynn_fusion`, `dot`, `dot_general`, `xnn_fusion` and `onednn`; their GFLOP/s = the step's model FLOPs (as in
-train_step.md) / their time.
+train_step.md) / their time. Ops per step = the distinct ops (thunks) the step runs; the time no op runs = the
+traced wall time between the first op and the last not covered by any op on any thread (the executor's dispatch
+and the waits between dependent ops; the profiler's own cost inflates it).
 """
 
 
