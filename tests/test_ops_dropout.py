@@ -1,5 +1,5 @@
 """jformer.ops.dropout: the rate it applies, an unbiased output, and its randomness (the hash's words uniform and
-independent of their neighbours'), at a fraction of threefry's cost per element."""
+independent of their neighbours')."""
 
 import jax
 import jax.numpy as jnp
