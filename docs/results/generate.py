@@ -189,6 +189,9 @@ CAPTIONS = {
     "profile_step.json": "After issue 29's changes (the current code); compare `profile_step_before_29.json`.",
     "profile_step_before_29.json": "Before issue 29's changes (4a2669f), traced in the same session as "
                                    "`profile_step.json`, the one after the other.",
+    "peers.json": "After issue 29's changes (measured at 3763416); the record before them is `peers_before_29.json`.",
+    "peers_before_29.json": "Before issue 29's changes to the train step (ce0eae5), for comparison: another session, "
+                            "so compare each row's ratio to torch rather than its tokens/s.",
     "attention_window.json": "A sliding window as data: `local` with a window of 128 (run by `auto` on CPU as "
                              "`chunked` with `window=(127, 127)`, skipping the blocks outside it) against `chunked` "
                              "without a window and the dense reference, causal, at 2,048 and 8,192 tokens.",
