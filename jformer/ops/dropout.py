@@ -4,10 +4,10 @@ Flax's dropout draws a float32 uniform per element from threefry (20 rounds per 
 more than a Transformer layer's elementwise work, and materializes the bits as an array. Here the key gives two
 32-bit seeds (one threefry draw), and each element's draw is a hash of its flat index and the seeds: two rounds of
 `lowbias32` (C. Wellons' integer hash, a bijection of 32-bit words with full avalanche). The draw is a handful of
-integer operations that XLA fuses into the select that applies the mask, so no random array is written, and the
-backward pass recomputes the mask for free. An element is dropped when its draw is below `round(rate * 2^32)`:
-the rate applied is `rate` to 2^-32, and the kept elements are scaled by the inverse of the kept fraction applied,
-so that E[dropout(x)] = x exactly. Same key, same mask, on every backend: resuming a run replays its masks.
+integer operations that XLA fuses into the select that applies the mask: no random array is written. An element
+is dropped when its draw is below `round(rate * 2^32)`: the rate applied is `rate` to 2^-32, and the kept elements
+are scaled (in at least float32, then rounded to x's dtype) by the inverse of the kept fraction applied, so that
+E[dropout(x)] = x to the rounding of x's dtype. Same key, same mask, on every backend: resuming a run replays its masks.
 """
 
 from __future__ import annotations
@@ -56,5 +56,6 @@ def dropout(x: jax.Array, rate: float, key: jax.Array) -> jax.Array:
   if threshold == 0:
     return x
   keep = random_words(key, x.shape) >= jnp.uint32(threshold)
-  scale = jnp.asarray(DRAWS / (DRAWS - threshold), x.dtype)
-  return jnp.where(keep, x * scale, jnp.zeros((), x.dtype))
+  wide = x.astype(jnp.promote_types(x.dtype, jnp.float32))
+  scaled = (wide * (DRAWS / (DRAWS - threshold))).astype(x.dtype)
+  return jnp.where(keep, scaled, jnp.zeros((), x.dtype))
