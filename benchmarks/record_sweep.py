@@ -1,7 +1,9 @@
 """Records a finished sweep with seeds as a `docs/results/` table and figure: one row per group of points that differ
 only in their seeds (swept keys ending in `.seed`), the seeds' mean beside each seed's value and their spread. A
 sweep file with FIGURE (launch/best_of.py, e.g. configs/sweeps/mqar.py) is recorded as its best-of table instead:
-one row per sweep row, one cell per (panel, x), finished points only.
+one row per sweep row, one cell per (panel, x), finished points only. A translation sweep (its points score test
+BLEU) is recorded one row per point: its swept values, test BLEU, valid and train loss, steps and tokens/s, and its
+learning curves (`launch.report`'s figure; the JSON keeps each point's train and valid loss by step).
 
     python benchmarks/record_sweep.py --sweep=configs/sweeps/lm_blocks.py --root=runs \
         --json=benchmarks/results/sweep_lm_blocks.json --figure=docs/results/lm_blocks.png
@@ -150,6 +152,29 @@ def best_of_table(sweep, rows: list[dict]) -> tuple[list[str], list[list[str]], 
   return headers, table_rows, groups
 
 
+# (results key, column, format) of a translation sweep's table.
+TRANSLATION_COLUMNS = (("bleu", "test BLEU", "{:.2f}"), ("eval_loss", "valid loss", "{:.4f}"),
+                       ("train_loss", "train loss", "{:.4f}"), ("step", "steps", "{:,}"),
+                       ("tokens_per_second", "tokens/s", "{:,.0f}"))
+
+
+def translation_table(sweep, rows: list[dict], curves: dict) -> tuple[list[str], list[list[str]], dict]:
+  """(headers, one row per point: its swept values and TRANSLATION_COLUMNS, {point: its final metrics and its
+  train and valid loss curves}); every point finished."""
+  from launch import runs
+
+  unfinished = [row["point"] for row in rows if row["status"] != runs.DONE]
+  if unfinished:
+    raise SystemExit(f"points {unfinished} are not done: run the sweep to its end first")
+  headers = [*sweep.keys, *(column for _, column, _ in TRANSLATION_COLUMNS)]
+  table_rows = [[*(str(row[key]) for key in sweep.keys), *(form.format(row[key]) for key, _, form in
+                                                           TRANSLATION_COLUMNS)] for row in rows]
+  points = {row["point"]: {**{key: row[key] for key, _, _ in TRANSLATION_COLUMNS},
+                           "curves": {tag: curves[row["point"]].get(tag, []) for tag in ("train/loss", "eval/loss")}}
+            for row in rows}
+  return headers, table_rows, points
+
+
 def machine(args) -> dict:
   """`common.machine()` with the command that ran the sweep before the one that recorded it."""
   info = common.machine()
@@ -178,8 +203,11 @@ def main():
   findings = (pathlib.Path(args.findings).read_text().strip().splitlines() if args.findings
               else kept.get("findings", []))
   title = args.title or kept.get("title") or f"sweep {sweep.name}"
-  report_rows = report.collect(sweep, args.root)[0]
-  if sweep.figure:  # the best point per group (e.g. per learning rate), as `jformer sweep-report` draws it.
+  report_rows, curves = report.collect(sweep, args.root)
+  if all(row.get("bleu") is not None for row in report_rows):  # translation: each point and its curves.
+    headers, rows, points = translation_table(sweep, report_rows, curves)
+    report.plot(curves, args.figure, title)
+  elif sweep.figure:  # the best point per group (e.g. per learning rate), as `jformer sweep-report` draws it.
     from launch import best_of
 
     headers, rows, points = best_of_table(sweep, report_rows)

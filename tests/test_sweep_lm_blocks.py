@@ -95,3 +95,30 @@ def test_record_groups_seeds_into_rows_with_mean_and_spread(tmp_path, monkeypatc
   (tmp_path / "blocks" / names[3] / runs.RESULTS).unlink()  # a point not finished: nothing is recorded.
   with pytest.raises(SystemExit, match="not done: run the sweep to its end first"):
     record_sweep.groups(blocks, report.collect(blocks, str(tmp_path))[0], row_of=None, root=str(tmp_path))
+
+
+def test_a_translation_sweep_is_recorded_one_row_per_point_with_its_curves(tmp_path, monkeypatch, repo_root):
+  """The demo_dtypes kind of sweep (its points score BLEU): one row per point with its swept values and final
+  metrics, the curves in the JSON's points, and nothing recorded while a point is unfinished."""
+  monkeypatch.syspath_prepend(str(repo_root / "benchmarks"))
+  import record_sweep
+  from launch import report
+
+  points = [{"model.dtype": dtype, "train.seed": 0} for dtype in ("float32", "bfloat16")]
+  names = sweep.point_names(points)
+  for name, point in zip(names, points):
+    write_point(tmp_path, name, {"step": 1487, "bleu": 20.5 if point["model.dtype"] == "float32" else 20.75,
+                                 "eval_loss": 2.8125, "train_loss": 2.5625, "tokens_per_second": 5000.4})
+  dtypes = sweep.Sweep("blocks", "configs/demo.py", {}, tuple(sweep.Point(n, p, 1487) for n, p in zip(names, points)))
+  rows, curves = report.collect(dtypes, str(tmp_path))
+  curves[names[0]] = {"eval/loss": [(500, 4.5), (1487, 2.8125)]}
+  headers, table_rows, recorded = record_sweep.translation_table(dtypes, rows, curves)
+  assert headers == ["model.dtype", "train.seed", "test BLEU", "valid loss", "train loss", "steps", "tokens/s"]
+  assert table_rows == [["float32", "0", "20.50", "2.8125", "2.5625", "1,487", "5,000"],
+                        ["bfloat16", "0", "20.75", "2.8125", "2.5625", "1,487", "5,000"]]
+  assert recorded[names[0]]["curves"] == {"train/loss": [], "eval/loss": [(500, 4.5), (1487, 2.8125)]}
+  assert recorded[names[1]]["bleu"] == 20.75
+
+  (tmp_path / "blocks" / names[1] / runs.RESULTS).unlink()
+  with pytest.raises(SystemExit, match="not done: run the sweep to its end first"):
+    record_sweep.translation_table(dtypes, report.collect(dtypes, str(tmp_path))[0], curves)

@@ -4,6 +4,8 @@ point, bfloat16 with another seed (parameter init and dropout bits; the same dat
 
     python -m launch --sweep=configs/sweeps/demo_dtypes.py          # here, one point after the other
     python -m launch.report --sweep=configs/sweeps/demo_dtypes.py   # runs/demo_dtypes/report.md, curves.png
+    python benchmarks/record_sweep.py --sweep=configs/sweeps/demo_dtypes.py --root=runs \
+        --json=benchmarks/results/sweep_demo_dtypes.json --figure=docs/results/demo_dtypes.png   # docs/results
 
 configs/demo.py without its time budget: every point trains STEPS steps (what its 15-minute budget plans on a
 2-core AVX512_BF16 CPU), cool-down and all, on the same data order; the first two with the same
