@@ -204,7 +204,7 @@ def main():
               else kept.get("findings", []))
   title = args.title or kept.get("title") or f"sweep {sweep.name}"
   report_rows, curves = report.collect(sweep, args.root)
-  if all(row.get("bleu") is not None for row in report_rows):  # translation: each point and its curves.
+  if any(row.get("bleu") is not None for row in report_rows):  # translation: each point and its curves.
     headers, rows, points = translation_table(sweep, report_rows, curves)
     report.plot(curves, args.figure, title)
   elif sweep.figure:  # the best point per group (e.g. per learning rate), as `jformer sweep-report` draws it.
