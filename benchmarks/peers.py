@@ -383,10 +383,11 @@ def main(argv=None):
     print(f"{shape.name} peaks ({peak_size}^3 matmul, median GFLOP/s between the steps): "
           + ", ".join(f"{k} {v['gflop_per_s']}" for k, v in peaks[shape.name].items())
           + " (MFU divides by JAX's of the row's dtype)", flush=True)
-  print(table(rows))
+  printed = table(rows)
+  print(printed)
   common.write_json(args.json, {"benchmark": "peers", "tiny": args.tiny, "machine": machine,
                                 "peak_size": peak_size, "peaks": peaks, "parameters": parameters, "rows": rows,
-                                "table": table(rows)})
+                                "table": printed})
   return rows
 
 

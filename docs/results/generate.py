@@ -337,9 +337,9 @@ def profile_section(path: str, data: dict) -> str:
                  percent(sum(ms for _, ms in rest) / total)])
     parts.append(f"**{r['shape']} {r['dtype']}**: {fixed(r['step_ms_traced'], 1)} ms per traced step, "
                  f"{fixed(total, 1)} ms of op time; the matmul kinds take {fixed(r['matmul_ms'], 1)} ms "
-                 f"({percent(r['matmul_ms'] / total)} of op time) = {fixed(r['matmul_gflop_per_s'], 1)} GFLOP/s."
-                 + (f" {count(r['ops_per_step'])} ops per step; no op runs for {fixed(r['idle_ms'], 1)} ms of the "
-                    "traced step." if "ops_per_step" in r else ""))
+                 f"({percent(r['matmul_ms'] / total)} of op time) = {fixed(r['matmul_gflop_per_s'], 1)} GFLOP/s. "
+                 f"{count(r['ops_per_step'])} ops per step; no op runs for {fixed(r['idle_ms'], 1)} ms of the "
+                 "traced step.")
     parts.append(table(["op kind", "ms per step", "share of op time"], rows, "lrr"))
   return paragraphs(*parts)
 
