@@ -47,14 +47,12 @@ class Shape:
   target_length: int
 
   def forward_flops(self) -> int:
-    """Matmul FLOPs (2 per multiply-add) of one teacher-forced forward pass, full T x T attention counted:
-    Le*[8BSd^2 + 4BS^2d + 4BSdf] + Ld*[8BTd^2 + 4BT^2d + 4BTd^2 + 4BSd^2 + 4BTSd + 4BTdf] + 2BTdV."""
-    b, s, t, d, f, v, n = (self.batch, self.source_length, self.target_length, self.d_model, self.d_ff, self.vocab,
-                           self.layers)
-    encoder = n * (8 * b * s * d * d + 4 * b * s * s * d + 4 * b * s * d * f)
-    decoder = n * (8 * b * t * d * d + 4 * b * t * t * d + 4 * b * t * d * d + 4 * b * s * d * d + 4 * b * t * s * d
-                   + 4 * b * t * d * f)
-    return encoder + decoder + 2 * b * t * d * v
+    """Matmul FLOPs of one teacher-forced forward pass (`jformer.models.flops.forward_flops`, the paper's model)."""
+    from jformer.models.flops import forward_flops
+
+    return forward_flops(rows=self.batch, source_length=self.source_length, target_length=self.target_length,
+                         d_model=self.d_model, d_ff=self.d_ff, vocab=self.vocab, encoder_layers=self.layers,
+                         decoder_layers=self.layers)
 
   def train_flops(self) -> int:
     """A train step = 3 x forward (the backward pass is counted as twice the forward)."""

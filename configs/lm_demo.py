@@ -1,4 +1,6 @@
-"""A small decoder-only language model on the bundled English text, meant to train in <= 10 minutes on 2 CPU cores.
+"""A small decoder-only language model on the bundled English text, trained for 10 minutes of wall clock on 2 CPU
+cores (`train.budget_minutes`: the steps are planned from the measured step time; the last fifth cools the
+learning rate down linearly to 0).
 
     jformer train --config=configs/lm_demo.py --workdir=runs/lm
     jformer evaluate --workdir=runs/lm --split=test --config.data.max_length=1024
@@ -11,6 +13,16 @@ model.max_length 1024 so that every positional encoding, learned tables included
 The block is the "modern" one (pre-RMSNorm, SwiGLU, rotary positions, QK-norm, z-loss, no biases): the block
 ablation at equal wall clock (configs/sweeps/lm_blocks.py, docs/results/sweeps.md) gave it 1.747 valid bits per
 byte over 2 seeds against 1.821 for pre-LayerNorm and 2.260 for the paper's post-norm block, which stalled.
+
+Your own text: `--config.data.path=DIR` ({train,valid,test}.txt[.gz], documents separated by blank lines). The
+vocabulary and dropout are chosen at start-up by rules (`train.recipe`, jformer/config/recipe.py; printed with the
+measured corpus and the estimated steps; a key given on the command line keeps its value), as configs/demo.py does
+for translation:
+- vocabulary from the estimated tokens of the train split: a small text sees each piece of a large vocabulary too
+  rarely to learn it, and a smaller output layer makes a step cheaper.
+- dropout from the estimated passes over those tokens: none while the text is seen about once (dropout only slows
+  learning then), more as the budget passes over a small text many times, where the valid loss would otherwise
+  turn up before the end.
 """
 
 from jformer.config import base_config
@@ -20,12 +32,11 @@ def get_config():
   config = base_config()
   model = config.model
   model.architecture = "lm"  # decoder-only: bits per byte, no BLEU.
-  model.vocab_size = 8000  # SentencePiece vocabulary trained on the bundled corpus.
+  model.vocab_size = 8000  # SentencePiece vocabulary trained on the data (train.recipe chooses it, below).
   model.d_model = 256
   model.num_heads = 4
   model.d_ff = 683  # SwiGLU at 2/3 of 4 d_model: the feed-forward parameters of a plain d_ff of 1024.
   model.num_decoder_layers = 4
-  model.dropout_rate = 0.0  # Under-trained regime: dropout only slows learning.
   model.norm = "pre"  # x + Sublayer(Norm(x)): post-norm (the paper's) at this learning rate stalls.
   model.normalization = "rmsnorm"
   model.activation = "swiglu"
@@ -46,10 +57,16 @@ def get_config():
   config.optimizer.warmup_steps = 200  # Peak lr = 256^-0.5 * 200^-0.5 = 4.4e-3 at step 200.
   config.optimizer.grad_clip_norm = 1.0  # A guard for the high peak learning rate.
 
+  config.optimizer.cooldown_fraction = 0.2  # The last 20% of the planned steps: learning rate linearly to 0.
+
   train = config.train
-  train.steps = 400
+  train.budget_minutes = 10.0  # Training steps planned from the measured step time (replaces train.steps).
+  train.recipe = (  # model.vocab_size and model.dropout_rate from the corpus and the budget (above).
+      ("model.vocab_size", "tokens", ((400_000, 2000), (1_200_000, 4000), (None, 8000))),
+      ("model.dropout_rate", "passes", ((1.5, 0.0), (4, 0.1), (12, 0.2), (None, 0.3))),
+  )
   train.log_every = 50
-  train.eval_every = 100  # Valid bits per byte 4 times in the run.
+  train.eval_every = 100  # Valid bits per byte every 100 steps (evaluations count against the budget).
   train.checkpoint_every = 100
   train.eval_lengths = (256, 512, 1024)  # Final test bits per byte at these contexts.
 

@@ -49,12 +49,13 @@ def train(args, overrides):
   from jformer import config as config_lib
   from jformer import parallel
   from jformer.train.loop import train_and_evaluate
+  from jformer.train.recipe import adapt
 
   _quiet_logs()
   config = config_lib.load(args.config, overrides)
   parallel.initialize_distributed(config.parallel.coordinator_address, config.parallel.num_processes,
                                   config.parallel.process_id)
-  train_and_evaluate(config, args.workdir)
+  train_and_evaluate(adapt(config, fixed=overrides, workdir=args.workdir), args.workdir)
 
 
 train.add_arguments = _train_arguments
@@ -261,8 +262,9 @@ def summary(args, overrides):
   from jformer import config as config_lib
   from jformer import tasks
   from jformer.models import summary as summary_lib
+  from jformer.train.recipe import adapt
 
-  config = config_lib.load(args.config, overrides)
+  config = adapt(config_lib.load(args.config, overrides), fixed=overrides)  # as `train` would start it.
   model = tasks.build_model(config)
   counts = summary_lib.count_by_module(summary_lib.param_shapes(model), depth=args.depth)
   print(f"config: {args.config}  (architecture={config.model.get('architecture')}, "

@@ -149,4 +149,4 @@ def test_lm_demo_config_loads_and_evaluates_up_to_1024_with_every_encoding():
     config = config_lib.load(demo, {"model.positional": encoding})
     assert (config.model.architecture, config.data.dataset, config.data.pack) == ("lm", "text", "documents")
     assert config.data.max_length == 256 and max(config.train.eval_lengths) == config.model.max_length == 1024
-  assert config.train.steps == 4 * config.train.eval_every
+  assert config.train.budget_minutes == 10 and config.optimizer.cooldown_fraction == 0.2

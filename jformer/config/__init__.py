@@ -41,7 +41,7 @@ def load(path: str | pathlib.Path, overrides: Mapping[str, Any] | None = None) -
   config = read(path)
   for dotted_key, value in (overrides or {}).items():
     set_value(config, dotted_key, value)
-  return _checked(config)
+  return checked(config)
 
 
 def load_run(workdir: epath.PathLike, overrides: Mapping[str, Any] | None = None, *,
@@ -57,19 +57,20 @@ def load_run(workdir: epath.PathLike, overrides: Mapping[str, Any] | None = None
   config = from_values({**flatten(run), **overrides})
   check_same_run(from_values({**flatten(run), **{k: v for k, v in overrides.items() if k in may_change}}), config,
                  f"the run in {workdir}", "drop those --config overrides")
-  config = _checked(config)
+  config = checked(config)
   check_options(config.decode.method, config.decode, prefix="--config.decode.",
                 given=[key.removeprefix("decode.") for key in overrides if key.startswith("decode.")])
   return config
 
 
-def _checked(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+def checked(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """`config` with the plug-ins it names imported, validated and locked (what `load` returns)."""
   import_plugins(config.imports)
   validate(config)
   config.lock()
   return config
 
 
-__all__ = ["EVAL_KEYS", "SECTIONS", "base_config", "changed_keys", "check_same_run", "declared", "flatten",
+__all__ = ["EVAL_KEYS", "SECTIONS", "base_config", "changed_keys", "check_same_run", "checked", "declared", "flatten",
            "from_values", "import_file", "import_plugins", "is_identity", "load", "load_run", "read", "read_run",
            "record_config", "set_value", "validate"]

@@ -51,6 +51,13 @@ class DataSection:
   batch_tokens: int = field(0, "> 0: steps of up to this many real source and target tokens each, rows of similar "
                             "lengths bucketed into a few shapes (needs packing=False); 0 = batch_size rows.",
                             at_least=0, identity=True)
+  subword_sampling: float = field(0.0, "> 0: subword regularisation (Kudo 2018): each training pair is segmented "
+                                  "anew every time it is read, drawn from its data.subword_nbest best SentencePiece "
+                                  "segmentations with probability ~ P^alpha, alpha = this (Kudo: 0.1); evaluation "
+                                  "never samples; 0 = off. Translation with packing or padding (not batch_tokens).",
+                                  at_least=0, identity=True)
+  subword_nbest: int = field(64, "Segmentations subword sampling draws from (Kudo's l-best: 64).", at_least=2,
+                             identity=True)
   eval_batch_size: int = field(64, "Rows per eval batch, summed over all devices and hosts.", at_least=1)
   seed: int = field(0, "Shuffle seed (the data order is part of the checkpoint).", identity=True)
 
@@ -78,6 +85,10 @@ class TrainSection:
                                 "planned from the measured step time and replace steps (kept in "
                                 "<workdir>/budget.json for resume); jformer/train/budget.py.", at_least=0)
   seed: int = field(0, "Parameter init and dropout seed.")
+  recipe: tuple = field((), "Rules that choose config keys from the corpus size and the steps the budget buys, "
+                        "applied when a run starts (a key given on the command line keeps its value): "
+                        "((key, input, ((bound, value), ..., (None, value))), ...); jformer/config/recipe.py, "
+                        "configs/own_corpus.py.")
   label_smoothing: float = field(0.1, "Label smoothing (paper: eps_ls = 0.1).", at_least=0)
   grad_accumulation_steps: int = field(1, "Split each batch into this many micro-batches (one update per step).",
                                        at_least=1)

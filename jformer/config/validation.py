@@ -6,6 +6,7 @@ from __future__ import annotations
 import ml_collections
 
 from jformer import data, tasks
+from jformer.config.recipe import parse_rules
 from jformer.config.schema import declared
 from jformer.decode.search import check_options
 from jformer.models.config import TransformerConfig
@@ -44,6 +45,10 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
     problems.append(f"data.batch_tokens={data.batch_tokens} is for translation pairs; model.architecture="
                     f"'{model.architecture}' rows are always full (data.batch_size x data.max_length tokens), so set "
                     "data.batch_tokens=0")
+  if data.subword_sampling and (data.batch_tokens or not task.pairs):
+    problems.append(f"data.subword_sampling={data.subword_sampling} segments translation pairs anew as they are "
+                    "read, packed or padded into rows: it needs model.architecture='transformer' and "
+                    "data.batch_tokens=0 (or set data.subword_sampling=0)")
   if data.max_length > model.max_length:
     problems.append(f"data.max_length={data.max_length} exceeds model.max_length={model.max_length}")
   bad_lengths = [length for length in train.eval_lengths
@@ -61,6 +66,10 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
     problems.append(f"optimizer.cooldown_fraction={config.optimizer.cooldown_fraction} is not in [0, 0.5]: the "
                     "cool-down must start after a time budget's planning steps (0 = off)")
   problems += _dataset_problems(config)
+  try:
+    parse_rules(train.recipe, [key for key, _ in declared()])
+  except ValueError as e:
+    problems.append(str(e))
   try:
     check_options(config.decode.method, config.decode, prefix="decode.")
   except ValueError as e:

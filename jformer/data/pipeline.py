@@ -56,6 +56,8 @@ class TokenizedPairs:
     inputs_offsets, targets_offsets: int64 `[num_examples + 1]` example boundaries.
     dropped: pairs left out for being longer than max_length.
     truncated: pairs cut to max_length.
+    texts: `{"inputs": [str], "targets": [str]}` of the examples, kept for subword sampling (`tokenize_pairs`'s
+      `keep_texts`); None otherwise.
   """
   inputs: np.ndarray
   inputs_offsets: np.ndarray
@@ -63,6 +65,7 @@ class TokenizedPairs:
   targets_offsets: np.ndarray
   dropped: int = 0
   truncated: int = 0
+  texts: dict[str, list[str]] | None = None
 
   def __len__(self) -> int:
     return len(self.inputs_offsets) - 1
@@ -92,7 +95,7 @@ def _fit(ids: list[int], max_length: int) -> list[int]:
 
 
 def tokenize_pairs(source: Iterable[dict[str, str]], tokenizer: Tokenizer, *, max_length: int,
-                   long_examples: str = "drop", name: str = "") -> TokenizedPairs:
+                   long_examples: str = "drop", name: str = "", keep_texts: bool = False) -> TokenizedPairs:
   """Tokenizes every pair of `source`; pairs with a side longer than `max_length` are dropped or truncated.
 
   Args:
@@ -101,17 +104,19 @@ def tokenize_pairs(source: Iterable[dict[str, str]], tokenizer: Tokenizer, *, ma
     max_length: most tokens (EOS included) per side.
     long_examples: "drop" or "truncate" (keep the first max_length - 1 tokens and EOS).
     name: split name for the log line that counts dropped/truncated pairs.
+    keep_texts: keep the texts of the kept pairs (`TokenizedPairs.texts`), which subword sampling segments anew.
   """
   if long_examples not in LONG_EXAMPLES:
     raise ValueError(f"long_examples={long_examples!r}; use one of {LONG_EXAMPLES}")
   if max_length < 2:
     raise ValueError(f"max_length={max_length} leaves no room for a token and EOS; use max_length >= 2.")
   kept = {f: [] for f in FEATURES}
+  texts = {f: [] for f in FEATURES} if keep_texts else None
   total = long = 0
   it = iter(source)
   while chunk := list(itertools.islice(it, _ENCODE_CHUNK)):
     encoded = [tokenizer.encode_batch([pair[f] for pair in chunk]) for f in FEATURES]
-    for ids in zip(*encoded):
+    for pair, *ids in zip(chunk, *encoded):
       total += 1
       if max(map(len, ids)) > max_length:
         long += 1
@@ -119,13 +124,15 @@ def tokenize_pairs(source: Iterable[dict[str, str]], tokenizer: Tokenizer, *, ma
           continue
       for f, seq in zip(FEATURES, ids):
         kept[f].append(_fit(seq, max_length))
+        if texts is not None:
+          texts[f].append(pair[f])
   if long:
     logging.info("%s: %s %d of %d pairs longer than max_length=%d.", name or "tokenize",
                  "dropped" if long_examples == "drop" else "truncated", long, total, max_length)
   (inputs, inputs_offsets), (targets, targets_offsets) = (ragged(kept[f]) for f in FEATURES)
   return TokenizedPairs(inputs, inputs_offsets, targets, targets_offsets,
                         dropped=long if long_examples == "drop" else 0,
-                        truncated=long if long_examples == "truncate" else 0)
+                        truncated=long if long_examples == "truncate" else 0, texts=texts)
 
 
 def pad_example(example: dict[str, np.ndarray], max_length: int,
@@ -171,6 +178,27 @@ def prefetched(ds: grain.IterDataset, prefetch: int) -> grain.IterDataset:
   return grain.experimental.ThreadPrefetchIterDataset(ds, prefetch_buffer_size=prefetch) if prefetch else ds
 
 
+@dataclasses.dataclass(frozen=True)
+class SubwordSampling:
+  """Subword regularisation at training time (Kudo 2018): each time a training pair is read, both sides are
+  segmented anew, each drawn from its `nbest` most probable segmentations with probability proportional to
+  P(x)^alpha (`Tokenizer.sample`). The draw depends only on the data seed and the pair's position in the stream
+  (grain's `random_map`), so a resumed run reads the same segmentations; evaluation and decoding never sample.
+  A draw longer than max_length (sampled segmentations have more pieces) falls back to the pair's best one."""
+  tokenizer: Tokenizer
+  alpha: float
+  nbest: int
+
+  def segment(self, pairs: TokenizedPairs, max_length: int, index: int, rng: np.random.Generator
+              ) -> dict[str, np.ndarray]:
+    """`{"inputs": int32[n], "targets": int32[m]}`: pair `index` of `pairs` (kept with its texts) segmented anew."""
+    drawn = {f: self.tokenizer.sample(pairs.texts[f][index], rng, alpha=self.alpha, nbest=self.nbest)
+             for f in FEATURES}
+    if max(map(len, drawn.values())) > max_length:
+      return pairs[index]
+    return {f: np.asarray(ids, np.int32) for f, ids in drawn.items()}
+
+
 def require_examples(pairs: TokenizedPairs, max_length: int) -> None:
   """Refuses a host without training examples, saying how many were dropped."""
   if not len(pairs):
@@ -179,7 +207,8 @@ def require_examples(pairs: TokenizedPairs, max_length: int) -> None:
 
 
 def train_dataset(pairs: TokenizedPairs, *, batch_size: int, max_length: int, packing: bool = True, seed: int = 0,
-                  num_epochs: int | None = None, drop_remainder: bool = True, prefetch: int = 0) -> grain.IterDataset:
+                  num_epochs: int | None = None, drop_remainder: bool = True, prefetch: int = 0,
+                  sampling: SubwordSampling | None = None) -> grain.IterDataset:
   """Training batches of one host from its pairs: shuffled (differently each epoch), packed or padded.
 
   Args:
@@ -191,14 +220,23 @@ def train_dataset(pairs: TokenizedPairs, *, batch_size: int, max_length: int, pa
     num_epochs: passes over the data; None = forever.
     drop_remainder: drop the last partial batch of a finite run (else it has fewer rows).
     prefetch: batches built ahead in a background thread (grain's `ThreadPrefetchIterDataset`); 0 = none.
+    sampling: segment each pair anew every time it is read (`SubwordSampling`; `pairs` must hold their texts),
+      in the same order as without; None = the tokenized pairs as they are.
 
   Returns:
     An IterDataset of batches (dicts of int32 `[batch_size, max_length]`, keys `BATCH_KEYS`); `iter()` of it is
     a checkpointable `grain.DatasetIterator` (with prefetch, its state is that of the last batch returned).
   """
   require_examples(pairs, max_length)
-  examples = grain.MapDataset.source(pairs).shuffle(seed).repeat(num_epochs).to_iter_dataset(
-      grain.ReadOptions(num_threads=0))
+  if sampling is None:
+    examples = grain.MapDataset.source(pairs).shuffle(seed).repeat(num_epochs)
+  else:
+    if pairs.texts is None:
+      raise ValueError("subword sampling segments the pairs' texts anew: tokenize them with keep_texts=True")
+    # range(n).shuffle(seed) permutes the indices as source(pairs).shuffle(seed) does: the same order.
+    examples = grain.MapDataset.range(len(pairs)).shuffle(seed).repeat(num_epochs).random_map(
+        functools.partial(sampling.segment, pairs, max_length), seed=seed)
+  examples = examples.to_iter_dataset(grain.ReadOptions(num_threads=0))
   return pack_and_batch(examples, features=FEATURES, batch_size=batch_size, max_length=max_length, packing=packing,
                         seed=seed, drop_remainder=drop_remainder, prefetch=prefetch)
 
@@ -320,7 +358,7 @@ def make_datasets(*, dataset: str, tokenizer: Tokenizer, batch_size: int, max_le
                   num_epochs: int | None = None, eval_batch_size: int | None = None,
                   shard_index: int | None = None, shard_count: int | None = None, source_lang: str = "en",
                   target_lang: str = "de", prefetch: int = 2, batch_tokens: int = 0, row_multiple: int = 1,
-                  measured_batches: int = 8) -> Datasets:
+                  measured_batches: int = 8, subword_sampling: float = 0.0, subword_nbest: int = 64) -> Datasets:
   """The training iterator and eval/test accessors of one dataset, for this host.
 
   Each host reads and tokenizes only its shard of the training and eval splits: pairs shard_index,
@@ -346,7 +384,12 @@ def make_datasets(*, dataset: str, tokenizer: Tokenizer, batch_size: int, max_le
     row_multiple: with batch_tokens, rows per step over all hosts are a multiple of this (devices x gradient
       accumulation steps; a multiple of shard_count).
     measured_batches: the first batches of a fresh iterator whose real tokens `tokens_per_step` averages.
+    subword_sampling: > 0: training pairs segmented anew each time they are read, drawn from their
+      `subword_nbest` best segmentations with this alpha (`SubwordSampling`); 0 = off. Not with batch_tokens.
   """
+  if batch_tokens and subword_sampling:
+    raise ValueError(f"subword_sampling={subword_sampling} changes the pairs' lengths, which "
+                     f"batch_tokens={batch_tokens} plans its batches by; use one of them (batch_tokens=0 packs rows)")
   if batch_tokens and packing:
     raise ValueError(f"batch_tokens={batch_tokens} and packing=True both decide how training rows are filled; "
                      "use packing=False with batch_tokens, or batch_tokens=0 to pack.")
@@ -364,7 +407,8 @@ def make_datasets(*, dataset: str, tokenizer: Tokenizer, batch_size: int, max_le
     return source
 
   train_pairs = tokenize_pairs(load("train").shard(shard_index, shard_count), tokenizer, max_length=max_length,
-                               long_examples=long_examples, name=f"{dataset}/train[{shard_index}::{shard_count}]")
+                               long_examples=long_examples, name=f"{dataset}/train[{shard_index}::{shard_count}]",
+                               keep_texts=subword_sampling > 0)
   if batch_tokens:
     plan = token_budget_plan(train_pairs, batch_tokens=batch_tokens, max_length=max_length, row_multiple=row_multiple,
                              shard_count=shard_count, seed=seed)
@@ -372,8 +416,9 @@ def make_datasets(*, dataset: str, tokenizer: Tokenizer, batch_size: int, max_le
     train_ds = functools.partial(token_budget_dataset, train_pairs, plan, num_epochs=num_epochs)
   else:
     batch_shapes = [(batch_size, max_length)]
+    sampling = SubwordSampling(tokenizer, subword_sampling, subword_nbest) if subword_sampling else None
     train_ds = functools.partial(train_dataset, train_pairs, batch_size=batch_size, max_length=max_length,
-                                 packing=packing, seed=seed, num_epochs=num_epochs)
+                                 packing=packing, seed=seed, num_epochs=num_epochs, sampling=sampling)
   train = iter(train_ds(prefetch=prefetch))
   tokens_per_step = real_tokens(itertools.islice(iter(train_ds()), measured_batches))
   eval_pairs: dict[str, TokenizedPairs] = {}

@@ -31,6 +31,7 @@ class Tokenizer:
   def __init__(self, model_proto: bytes):
     self.model_proto = model_proto
     self._sp = spm.SentencePieceProcessor(model_proto=model_proto)
+    self._scores = None  # Piece log-probabilities, read on the first `sample` (the unigram model's).
     ids = (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id(), self._sp.bos_id())
     if ids != (PAD_ID, EOS_ID, UNK_ID, -1):
       raise ValueError(f"SentencePiece model has (pad, eos, unk, bos) ids {ids}; jformer needs "
@@ -68,6 +69,27 @@ class Tokenizer:
   def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
     """`encode` of each text (multi-threaded in SentencePiece)."""
     return self._sp.encode(list(texts), add_eos=True)
+
+  def sample(self, text: str, rng: np.random.Generator, *, alpha: float, nbest: int) -> list[int]:
+    """Token ids of one segmentation of `text` drawn at random, ending with EOS: subword regularisation (Kudo 2018,
+    l-best sampling, Sec. 3.3): of the `nbest` most probable segmentations x under the unigram model, x is drawn
+    with probability proportional to P(x)^alpha (alpha -> 0: uniform over them; large: the best one, `encode`).
+    `rng` makes the draw reproducible (the pipeline derives it from the data seed and the example's index)."""
+    if self._scores is None:
+      self._scores = np.array([self._sp.get_score(i) for i in range(self.vocab_size)], np.float64)
+    try:
+      candidates = self._sp.nbest_encode(text, nbest_size=nbest)
+    except RuntimeError as e:  # a BPE model (data.vocab_path) has no n-best segmentations.
+      raise ValueError(f"subword sampling draws from a unigram SentencePiece model's n-best segmentations; this "
+                       f"model cannot ({str(e).splitlines()[0]}): set data.subword_sampling=0, or train the "
+                       "vocabulary with jformer (unigram)") from None
+    if len(candidates) < 2:
+      chosen = candidates[0] if candidates else []
+    else:
+      log_p = alpha * np.array([self._scores[ids].sum() for ids in candidates])  # log P(x)^alpha.
+      weights = np.exp(log_p - log_p.max())
+      chosen = candidates[rng.choice(len(candidates), p=weights / weights.sum())]
+    return list(chosen) + [EOS_ID]
 
   def decode(self, ids: Sequence[int] | np.ndarray) -> str:
     """Text of `ids` (1-D), up to the first EOS; pads are skipped."""

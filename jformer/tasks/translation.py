@@ -31,8 +31,8 @@ class TranslationTask:
         dataset=config.data.dataset, tokenizer=tokenizer, batch_size=per_host(config.data.batch_size, "batch_size"),
         max_length=config.data.max_length, packing=config.data.packing, long_examples=config.data.long_examples,
         seed=config.data.seed, eval_batch_size=per_host(config.data.eval_batch_size, "eval_batch_size"),
-        batch_tokens=config.data.batch_tokens,
-        row_multiple=jax.device_count() * config.train.grad_accumulation_steps,
+        batch_tokens=config.data.batch_tokens, subword_sampling=config.data.subword_sampling,
+        subword_nbest=config.data.subword_nbest, row_multiple=jax.device_count() * config.train.grad_accumulation_steps,
         **data.source_args(config, workdir)), tokenizer)
 
   def evaluate(self, eval_step, params, split: str = "valid") -> dict:

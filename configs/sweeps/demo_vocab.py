@@ -1,0 +1,19 @@
+"""The demo's vocabulary at equal wall clock: configs/demo.py (15-minute budget, dropout 0.1) with the shared
+SentencePiece vocabulary of 8000 pieces it had before its rules, and with 4000, on the bundled 111k pairs. A smaller
+vocabulary makes a step cheaper (the output layer and its softmax) and gives each piece more updates; the evidence
+behind the demo's vocabulary rule (configs/demo.py).
+
+    python -m launch --sweep=configs/sweeps/demo_vocab.py          # here, one point after the other (~35 minutes)
+    python benchmarks/record_sweep.py --sweep=configs/sweeps/demo_vocab.py --root=runs \
+        --json=benchmarks/results/sweep_demo_vocab.json --figure=docs/results/demo_vocab.png   # docs/results
+
+The valid losses are per token of different vocabularies (a 4k token is shorter), so compare BLEU, not losses.
+"""
+
+BASE = "configs/demo.py"
+FIXED = {"model.dropout_rate": 0.1}  # The demo's dropout before its rules: only the vocabulary differs.
+SLURM = {"nodes": 1, "gpus_per_node": 1, "time": "01:00:00"}
+
+
+def get_sweep():
+  return [{"model.vocab_size": 8000}, {"model.vocab_size": 4000}]

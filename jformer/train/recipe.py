@@ -1,0 +1,156 @@
+"""An adaptive recipe: `train.recipe`'s rules (`jformer.config.recipe`) applied to the measured corpus and the steps
+the budget buys, when a run starts.
+
+    config = adapt(config_lib.load("configs/demo.py", overrides), fixed=overrides, workdir=workdir)
+
+In order: the train split's size is read from its files (`jformer.data.corpus_size`); the rules on `examples`,
+`words` and `tokens` set their keys; the step time of the config they chose is estimated (`estimate_step_seconds`)
+and with it the steps (`train.steps`, or those `train.budget_minutes` buys) and the passes over the data; the rules
+on `steps` and `passes` set theirs. A key given on the command line (`fixed`) keeps its value. One line says what
+was measured and chosen, and why.
+
+The step estimate is the model's matmul FLOPs (`jformer.models.flops`) over this machine's measured rate for a
+product of the step's own shape, divided by `STEP_EFFICIENCY`: a rough figure, good enough to place a run in a
+rule's bracket; a time budget then plans its steps from the real step time (`jformer.train.budget`). It is
+calibrated on XLA:CPU; on a GPU or TPU, where a small model's step is bound by dispatch more than by its products,
+it runs high (more steps than the budget buys): there, set the keys the step rules choose on the command line.
+
+A workdir that holds a run keeps that run's choices (its config.json): a resumed run is the same run, whatever the
+machine measures now.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from etils import epath
+
+from jformer import config as config_lib
+from jformer import coordination
+from jformer.config.recipe import CORPUS_INPUTS, Rule, parse_rules
+from jformer.data.corpus_size import CorpusSize, measure
+from jformer.models.config import TransformerConfig
+from jformer.models.flops import train_flops
+from jformer.parallel import say
+
+BYTES_PER_TOKEN = 4.0  # UTF-8 bytes per subword token of a 4k-8k SentencePiece vocabulary (bundled corpora: 3.6-4.3).
+STEP_EFFICIENCY = 0.8  # A train step's matmul FLOP/s over the probe product's (XLA:CPU bfloat16, the demo: 0.82-0.84).
+PROBE_WARMUP, PROBE_REPS = 3, 20  # Calls of the probe product before timing (the first are slow), and timed.
+BUDGET_TRAINING_FRACTION = 0.9  # Of a time budget, the share the steps get (the rest: evaluations, the plan).
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+  """What the rules read: the corpus size, and (once the corpus rules have chosen) the estimated steps."""
+  corpus: CorpusSize
+  steps: int | None = None
+  passes: float | None = None
+  step_seconds: float | None = None
+
+  @property
+  def tokens(self) -> float:
+    return self.corpus.bytes / BYTES_PER_TOKEN
+
+  def value(self, name: str) -> float:
+    if name in ("examples", "words"):
+      return getattr(self.corpus, name)
+    return {"tokens": self.tokens, "steps": self.steps, "passes": self.passes}[name]
+
+
+def adapt(config: ml_collections.ConfigDict, *, fixed=(), workdir: epath.PathLike | None = None
+          ) -> ml_collections.ConfigDict:
+  """`config` with `train.recipe`'s rules applied (validated and locked), or `config` itself when it has none.
+  `fixed`: the dotted keys the command line set, which keep their values. Process 0 measures and chooses; every
+  process of a multi-host job takes its choices."""
+  rules = parse_rules(config.train.recipe, [key for key, _ in config_lib.declared()])
+  if not rules:
+    return config
+  chosen = coordination.process_0_decides("recipe", lambda: choose(config, rules, fixed, workdir))
+  return config_lib.checked(config_lib.from_values({**config_lib.flatten(config), **chosen}))
+
+
+def choose(config: ml_collections.ConfigDict, rules: tuple[Rule, ...], fixed=(),
+           workdir: epath.PathLike | None = None) -> dict:
+  """{key: value} the `rules` choose for `config` (keys in `fixed` left out), said in one line; a workdir that
+  holds a run gives that run's values."""
+  free = [rule for rule in rules if rule.key not in fixed]
+  kept = [rule.key for rule in rules if rule.key in fixed]
+  kept_line = f"; kept from the command line: {', '.join(kept)}" if kept else ""
+  if workdir is not None and (epath.Path(workdir) / "config.json").exists():
+    recorded = config_lib.flatten(config_lib.read_run(workdir))
+    chosen = {rule.key: recorded[rule.key] for rule in free}
+    say(f"recipe: {workdir} holds a run; keeping its choices: "
+        + ", ".join(f"{key} {value!r}" for key, value in chosen.items()) + kept_line)
+    return chosen
+  values = config_lib.flatten(config)
+  inputs = Inputs(measure(config.data.dataset, config.data.path))
+  reasons = {}
+  for phase in ("corpus", "steps"):
+    if phase == "steps" and any(rule.source not in CORPUS_INPUTS for rule in free):
+      inputs = _with_steps(inputs, config_lib.from_values(values))
+    for rule in free:
+      if (rule.source in CORPUS_INPUTS) == (phase == "corpus"):
+        values[rule.key], reasons[rule.key] = rule.choose(inputs.value(rule.source))
+  say(f"recipe: {describe(inputs)} -> "
+      + ", ".join(f"{key} {values[key]!r} ({why})" for key, why in reasons.items()) + kept_line)
+  return {key: values[key] for key in reasons}
+
+
+def describe(inputs: Inputs) -> str:
+  """The measured inputs as the start-up line gives them: '111,147 pairs, 1.84M words, ~3.1M tokens, ~3,400
+  steps (0.25 s each, estimated), ~2.1 passes'."""
+  corpus = inputs.corpus
+  text = f"{corpus.examples:,} {corpus.unit}, {corpus.words / 1e6:.2f}M words, ~{inputs.tokens / 1e6:.1f}M tokens"
+  if inputs.steps is not None:
+    per_step = f" ({inputs.step_seconds:.2f} s each, estimated)" if inputs.step_seconds else ""
+    text += f", ~{inputs.steps:,} steps{per_step}, ~{inputs.passes:.1f} passes"
+  return text
+
+
+def estimate_step_seconds(config: ml_collections.ConfigDict) -> float:
+  """Seconds per train step of `config` on this machine: its matmul FLOPs (`jformer.models.flops.train_flops`)
+  over the measured rate of its feed-forward product ([rows x length, d_model] @ [d_model, d_ff] in the compute
+  dtype, median of `PROBE_REPS` after `PROBE_WARMUP` calls) times `STEP_EFFICIENCY`."""
+  model = TransformerConfig.from_config(config.model)
+  rows, length = _rows(config), config.data.max_length
+  flops = train_flops(model, rows=rows, length=length)
+  dtype = model.compute_dtype
+  x = jnp.ones((rows * length, model.d_model), dtype)
+  w = jnp.ones((model.d_model, model.d_ff), dtype)
+  product = jax.jit(jnp.dot)
+  for _ in range(PROBE_WARMUP):  # compiles, and lets the first slow calls pass.
+    product(x, w).block_until_ready()
+  times = []
+  for _ in range(PROBE_REPS):
+    start = time.perf_counter()
+    product(x, w).block_until_ready()
+    times.append(time.perf_counter() - start)
+  rate = 2 * x.shape[0] * model.d_model * model.d_ff / statistics.median(times)
+  return flops / (rate * STEP_EFFICIENCY)
+
+
+def _rows(config) -> int:
+  """Rows of `data.max_length` tokens per step: `data.batch_size`, or a token budget's worth."""
+  data = config.data
+  return max(1, data.batch_tokens // data.max_length) if data.batch_tokens else data.batch_size
+
+
+def _with_steps(inputs: Inputs, config: ml_collections.ConfigDict) -> Inputs:
+  """`inputs` with the steps `config` trains (its `train.steps`, or those its time budget buys at the estimated
+  step time) and the passes they make over the training tokens (per side for translation pairs)."""
+  seconds = None
+  if config.train.budget_minutes:
+    seconds = estimate_step_seconds(config)
+    steps = int(config.train.budget_minutes * 60 * BUDGET_TRAINING_FRACTION / seconds)
+  else:
+    steps = config.train.steps
+  sides = 2 if inputs.corpus.unit == "pairs" else 1
+  passes = steps * _rows(config) * config.data.max_length / (inputs.tokens / sides)
+  return dataclasses.replace(inputs, steps=steps, passes=passes, step_seconds=seconds)
+
+
