@@ -570,6 +570,40 @@ its attention and ReLU dropout) is in the script's docstring.
 """
 
 
+def lm_baseline_section(path: str, data: dict) -> str:
+  """One row per text and model: valid and test bits per byte, steps, and the rise of the valid curve late on."""
+  rows = []
+  for corpus in data["corpora"]:
+    size = f"{corpus['name']} ({corpus['bytes'] / 1e6:.2f} MB, {corpus['documents']:,} documents)"
+    for model, label in (("jformer", "jformer `configs/lm_demo.py`"), ("nanogpt", "nanoGPT byte-level")):
+      run = corpus[model]
+      chosen = f"vocabulary {run['vocab_size']}, dropout {run['dropout_rate']}" if model == "jformer" else \
+          "bytes, dropout 0.2"
+      rows.append([size, label, chosen, count(run["steps"]), fixed(run["valid_bpb"], 3), fixed(run["test_bpb"], 3),
+                   fixed(run["late_rise"], 3), percent(run["busy_share_other"])])
+  body = table(["text (train split)", "model", "chosen", "steps", "valid bits/byte", "test bits/byte",
+                "late rise", "CPU used by other processes"], rows, "lllrrrrr")
+  recipes = "\n".join(f"- {c['name']}: `{c['jformer']['recipe']}`" for c in data["corpora"])
+  xz = ", ".join(f"{c['name']} {c['jformer']['xz_bpb']:.3f}" for c in data["corpora"] if c["jformer"].get("xz_bpb"))
+  parts = [provenance(path, data), f"Each run trained for {data['minutes']:g} minutes of wall clock.", body,
+           "The start-up line of each jformer run (what its rules chose, from what):\n" + recipes]
+  if xz:
+    parts.append(f"`xz -9` on the same valid text, bits per byte: {xz}.")
+  if data.get("figure"):
+    parts.append(f"![valid bits per byte against training time]({data['figure']})")
+  return paragraphs(*parts)
+
+
+LM_BASELINE_INTRO = """\
+`benchmarks/lm_baseline.py` trains, on each text folder, the LM demo (`jformer train --config=configs/lm_demo.py`,
+its time budget, vocabulary and dropout chosen by its rules at start-up) and then nanoGPT's model with its
+shakespeare_char recipe, byte-level, at the LM demo's width, depth, heads, rows and context
+(`benchmarks/nanogpt_baseline.py`, eager PyTorch), each for the same minutes, one after the other. Bits per byte
+of the same valid and test text (lower is better). `late rise`: the highest valid bits per byte in the last
+quarter of the run's steps less the lowest before it; a value <= 0 means the curve did not turn up at the end.
+"""
+
+
 @dataclasses.dataclass(frozen=True)
 class Page:
   file: str
@@ -610,6 +644,9 @@ PAGES = (
          "LM bits per byte, step time, memory, decode", REPORT_CARD_INTRO, report_card_section, timed=False),
     Page("peers.md", "Beside PyTorch", "peers", "jformer's train step against PyTorch's nn.Transformer, eager "
          "and compiled, float32 and bfloat16 autocast", PEERS_INTRO, peers_section),
+    Page("lm_baseline.md", "The LM demo beside nanoGPT", "lm_baseline", "configs/lm_demo.py against nanoGPT's "
+         "byte-level model and recipe at equal wall clock, on texts of several sizes", LM_BASELINE_INTRO,
+         lm_baseline_section, timed=False),
     Page("compile.md", "Scanned layers: compile and step time", "compile", "train step compile seconds and step "
          "ms at 6, 12 and 24 layers, looped against scanned", COMPILE_INTRO, compile_section),
 )

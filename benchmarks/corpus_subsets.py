@@ -1,0 +1,81 @@
+"""Corpora of chosen sizes cut from the bundled English-German corpus by software project, for measuring how a
+recipe holds on data it was not tuned on: the valid and test pairs come from projects the training pairs do not.
+
+    python benchmarks/corpus_subsets.py --pairs=18000 --out=runs/corpora/gettext_18k
+
+Every pair of the bundled corpus carries the Debian package its catalog came from
+(jformer/data/corpora/gettext_en_de/{train,valid,test}.pkg.gz). The pairs of `VALID_PACKAGES` (all three bundled
+splits) give the valid split and those of `TEST_PACKAGES` the test split, `HELD_OUT_PAIRS` of each drawn with the
+seed; the training split is `--pairs` pairs drawn with the seed from the bundled pairs of every other package (the
+largest size, `--pairs=0`, takes them all: 107,148). The folder gets a `SOURCE.txt` naming the packages, the seed and
+the bundled corpus, whose README gives the provenance and licences (GPL and compatible, per package).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import pathlib
+import sys
+
+import numpy as np
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+BUNDLED = REPO / "jformer" / "data" / "corpora" / "gettext_en_de"
+VALID_PACKAGES = ("gnumeric-common", "dpkg")  # a spreadsheet and a package manager: 3.7k pairs.
+TEST_PACKAGES = ("kstars-data", "libc-l10n")  # an astronomy program and the C library: 3.8k pairs.
+HELD_OUT_PAIRS = 1500
+
+
+def read_bundled() -> list[tuple[str, str, str]]:
+  """(package, source, target) of every pair of the bundled corpus, its train, valid and test splits in order."""
+  pairs = []
+  for split in ("train", "valid", "test"):
+    columns = [gzip.open(BUNDLED / f"{split}.{suffix}.gz", "rt", encoding="utf-8").read().split("\n")[:-1]
+               for suffix in ("pkg", "src", "tgt")]
+    pairs += list(zip(*columns, strict=True))
+  return pairs
+
+
+def subsets(pairs: list[tuple[str, str, str]], train_pairs: int, seed: int) -> dict[str, list[tuple[str, str, str]]]:
+  """{split: pairs}: valid and test from their packages, train (`train_pairs`, 0 = all) from the others."""
+  rng = np.random.default_rng(seed)
+  held_out = set(VALID_PACKAGES) | set(TEST_PACKAGES)
+
+  def draw(candidates, count):
+    if count > len(candidates):
+      raise SystemExit(f"asked for {count:,} pairs; only {len(candidates):,} are there")
+    chosen = sorted(rng.choice(len(candidates), size=count, replace=False))
+    return [candidates[i] for i in chosen]
+
+  train = [p for p in pairs if p[0] not in held_out]
+  return {"train": draw(train, train_pairs) if train_pairs else train,
+          "valid": draw([p for p in pairs if p[0] in VALID_PACKAGES], HELD_OUT_PAIRS),
+          "test": draw([p for p in pairs if p[0] in TEST_PACKAGES], HELD_OUT_PAIRS)}
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--pairs", type=int, required=True, help="training pairs (0 = every pair of the train packages)")
+  parser.add_argument("--out", required=True, help="the folder to write (created)")
+  parser.add_argument("--seed", type=int, default=0)
+  args = parser.parse_args(argv)
+  out = pathlib.Path(args.out)
+  out.mkdir(parents=True, exist_ok=True)
+  splits = subsets(read_bundled(), args.pairs, args.seed)
+  for split, chosen in splits.items():
+    for index, suffix in ((1, "src"), (2, "tgt")):
+      (out / f"{split}.{suffix}").write_text("".join(p[index] + "\n" for p in chosen), encoding="utf-8")
+  packages = sorted({p[0] for p in splits["train"]})
+  (out / "SOURCE.txt").write_text(
+      f"Cut from jformer/data/corpora/gettext_en_de (see its README.md for provenance and licences) by "
+      f"benchmarks/corpus_subsets.py --pairs={args.pairs} --seed={args.seed}.\n"
+      f"train: {len(splits['train']):,} pairs from {', '.join(packages)}\n"
+      f"valid: {len(splits['valid']):,} pairs from {', '.join(VALID_PACKAGES)}\n"
+      f"test: {len(splits['test']):,} pairs from {', '.join(TEST_PACKAGES)}\n", encoding="utf-8")
+  print((out / "SOURCE.txt").read_text(), end="")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
