@@ -2,6 +2,7 @@
 recipe holds on data it was not tuned on: the valid and test pairs come from projects the training pairs do not.
 
     python benchmarks/corpus_subsets.py --pairs=18000 --out=runs/corpora/gettext_18k
+    python benchmarks/corpus_subsets.py --pairs=14000 --text --out=runs/corpora/gettext_en_14k   # an LM text
 
 Every pair of the bundled corpus carries the Debian package its catalog came from
 (jformer/data/corpora/gettext_en_de/{train,valid,test}.pkg.gz). The pairs of `VALID_PACKAGES` (all three bundled
@@ -9,6 +10,10 @@ splits) give the valid split and those of `TEST_PACKAGES` the test split, `HELD_
 seed; the training split is `--pairs` pairs drawn with the seed from the bundled pairs of every other package (the
 largest size, `--pairs=0`, takes them all: 107,148). The folder gets a `SOURCE.txt` naming the packages, the seed and
 the bundled corpus, whose README gives the provenance and licences (GPL and compatible, per package).
+
+`--text` writes a language-modelling text instead ({train,valid,test}.txt, the "text" dataset's format): the
+English side of the same pairs, `DOCUMENT_MESSAGES` consecutive messages to a document (documents separated by a
+blank line): software messages, another domain than the bundled novels.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ BUNDLED = REPO / "jformer" / "data" / "corpora" / "gettext_en_de"
 VALID_PACKAGES = ("gnumeric-common", "dpkg")  # a spreadsheet and a package manager: 3.7k pairs.
 TEST_PACKAGES = ("kstars-data", "libc-l10n")  # an astronomy program and the C library: 3.8k pairs.
 HELD_OUT_PAIRS = 1500
+DOCUMENT_MESSAGES = 8
 
 
 def read_bundled() -> list[tuple[str, str, str]]:
@@ -59,17 +65,23 @@ def main(argv=None) -> int:
   parser.add_argument("--pairs", type=int, required=True, help="training pairs (0 = every pair of the train packages)")
   parser.add_argument("--out", required=True, help="the folder to write (created)")
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--text", action="store_true", help="write the English side as an LM text ({split}.txt)")
   args = parser.parse_args(argv)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   splits = subsets(read_bundled(), args.pairs, args.seed)
   for split, chosen in splits.items():
+    if args.text:
+      documents = ["\n".join(p[1] for p in chosen[i:i + DOCUMENT_MESSAGES])
+                   for i in range(0, len(chosen), DOCUMENT_MESSAGES)]
+      (out / f"{split}.txt").write_text("\n\n".join(documents) + "\n", encoding="utf-8")
+      continue
     for index, suffix in ((1, "src"), (2, "tgt")):
       (out / f"{split}.{suffix}").write_text("".join(p[index] + "\n" for p in chosen), encoding="utf-8")
   packages = sorted({p[0] for p in splits["train"]})
   (out / "SOURCE.txt").write_text(
       f"Cut from jformer/data/corpora/gettext_en_de (see its README.md for provenance and licences) by "
-      f"benchmarks/corpus_subsets.py --pairs={args.pairs} --seed={args.seed}.\n"
+      f"benchmarks/corpus_subsets.py --pairs={args.pairs} --seed={args.seed}{' --text' if args.text else ''}.\n"
       f"train: {len(splits['train']):,} pairs from {', '.join(packages)}\n"
       f"valid: {len(splits['valid']):,} pairs from {', '.join(VALID_PACKAGES)}\n"
       f"test: {len(splits['test']):,} pairs from {', '.join(TEST_PACKAGES)}\n", encoding="utf-8")

@@ -40,3 +40,11 @@ def test_a_size_is_drawn_with_its_seed_and_the_largest_takes_every_train_pair(su
   held_out = set(subsets_module.VALID_PACKAGES) | set(subsets_module.TEST_PACKAGES)
   everything = subsets_module.subsets(bundled, 0, seed=0)["train"]
   assert len(everything) == sum(p[0] not in held_out for p in bundled) == 107_148
+
+
+def test_an_lm_text_holds_the_english_side_in_documents_of_eight_messages(subsets_module, bundled, tmp_path):
+  subsets_module.main(["--pairs=100", "--text", f"--out={tmp_path}"])
+  documents = (tmp_path / "train.txt").read_text(encoding="utf-8").rstrip("\n").split("\n\n")
+  train = subsets_module.subsets(bundled, 100, seed=0)["train"]
+  assert len(documents) == 13 and documents[0].split("\n") == [p[1] for p in train[:8]]
+  assert {"valid.txt", "test.txt", "SOURCE.txt"} <= {f.name for f in tmp_path.iterdir()}
