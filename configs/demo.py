@@ -19,8 +19,9 @@ a run starts: it measures the train split, estimates the steps the budget buys o
 chose and why (configs/own_corpus.py: the same on your corpus). A key given on the command line keeps its value.
 - vocabulary from the number of pairs: a small corpus sees each subword of a large vocabulary too rarely to learn
   it (Sennrich & Zhang 2019, "Revisiting Low-Resource Neural Machine Translation": smaller vocabularies for
-  smaller corpora). On the bundled 111k pairs 8000 beat 4000 at equal wall clock, BLEU 29.2 against 26.5
-  (configs/sweeps/demo_vocab.py, docs/results/sweeps.md); the smaller brackets follow the paper, not a measurement.
+  smaller corpora). On the bundled 111k pairs 8000 beat 4000 at equal wall clock (BLEU 29.2 against 26.5, one run
+  each: configs/sweeps/demo_vocab.py, docs/results/sweeps.md); the smaller brackets follow the paper, not a
+  measurement.
 - dropout from the estimated passes over the training tokens: the paper's 0.1 where the data is seen a few times;
   a corpus seen many times in the budget overfits without more (Sennrich & Zhang's 0.3 for small corpora).
 """
