@@ -601,6 +601,9 @@ shakespeare_char recipe, byte-level, at the LM demo's width, depth, heads, rows 
 (`benchmarks/nanogpt_baseline.py`, eager PyTorch), each for the same minutes, one after the other. Bits per byte
 of the same valid and test text (lower is better). `late rise`: the highest valid bits per byte in the last
 quarter of the run's steps less the lowest before it; a value <= 0 means the curve did not turn up at the end.
+Rows and context are equal in positions (16 x 256): nanoGPT's positions are bytes, the LM demo's are subword pieces
+of about 4 bytes, so a jformer row holds about 4 times the text. Valid and test of the software-message text come
+from other projects than its training split (`benchmarks/corpus_subsets.py`).
 """
 
 
