@@ -186,8 +186,8 @@ def test_shipped_pattern_configs_train_and_generate_from_the_cli(config_file, te
   small = {"data.path": text_corpus, "data.data_dir": text_corpus.parent / "tfds", "data.max_length": 16,
            "data.batch_size": 8, "data.eval_batch_size": 8, "model.vocab_size": 400, "model.d_model": 32,
            "model.num_heads": 2, "model.d_ff": 64, "model.max_length": 32, "optimizer.warmup_steps": 10,
-           "train.steps": 6, "train.log_every": 3, "train.eval_every": 6, "train.checkpoint_every": 6,
-           "train.eval_lengths": "(8, 32)"}
+           "train.steps": 6, "train.budget_minutes": 0, "train.log_every": 3, "train.eval_every": 6,
+           "train.checkpoint_every": 6, "train.eval_lengths": "(8, 32)"}  # 6 steps, not the LM demo's 10 minutes.
   if config_file == "lm_local_global.py":
     small["model.layer_kinds.local.attention_options.window_size"] = 4
   main.main(["train", f"--config={REPO / 'configs' / config_file}", f"--workdir={workdir}",

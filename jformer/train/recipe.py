@@ -38,8 +38,10 @@ from jformer.models.config import TransformerConfig
 from jformer.models.flops import train_flops
 from jformer.parallel import say
 
-BYTES_PER_TOKEN = 4.0  # UTF-8 bytes per subword token of a 4k-8k SentencePiece vocabulary (bundled corpora: 3.6-4.3).
-STEP_EFFICIENCY = 0.8  # A train step's matmul FLOP/s over the probe product's (XLA:CPU bfloat16, the demo: 0.82-0.84).
+BYTES_PER_TOKEN = 4.0  # UTF-8 bytes per subword token of a 4k-8k SentencePiece vocabulary (bundled corpora: 3.6-4.1).
+# A train step's matmul FLOP/s over the probe product's, on XLA:CPU: the demo (bfloat16) 0.82-0.84; the LM demo
+# (float32, pre-norm, rotary) 0.52-0.57, whose steps this estimates about 1.4x too many.
+STEP_EFFICIENCY = 0.8
 PROBE_WARMUP, PROBE_REPS = 3, 20  # Calls of the probe product before timing (the first are slow), and timed.
 BUDGET_TRAINING_FRACTION = 0.9  # Of a time budget, the share the steps get (the rest: evaluations, the plan).
 
