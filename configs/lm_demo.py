@@ -7,8 +7,9 @@ learning rate down linearly to 0).
 
 Reports bits per byte of the valid split with the `xz -9` baseline beside it, and test bits per byte at contexts
 256, 512 and 1024 (trained at 256: `train.eval_lengths` measures length extrapolation). d_model 256, 4 layers,
-an 8k SentencePiece vocabulary, rows of 256 tokens packed from whole documents (no attention across documents);
-model.max_length 1024 so that every positional encoding, learned tables included, covers the longer contexts.
+a SentencePiece vocabulary (8k on the bundled text, by the rule below), rows of 256 tokens packed from whole
+documents (no attention across documents); model.max_length 1024 so that every positional encoding, learned tables
+included, covers the longer contexts.
 
 The block is the "modern" one (pre-RMSNorm, SwiGLU, rotary positions, QK-norm, z-loss, no biases): the block
 ablation at equal wall clock (configs/sweeps/lm_blocks.py, docs/results/sweeps.md) gave it 1.747 valid bits per
