@@ -77,7 +77,7 @@ def parse_rules(rules: Sequence, known_keys: Sequence[str]) -> tuple[Rule, ...]:
       raise ValueError(f"{where}: every bound but the last is a number, and the last is None (any larger input)")
     if any(later <= earlier for earlier, later in zip(bounds[:-2], bounds[1:-1])):
       raise ValueError(f"{where}: bounds must increase, got {bounds[:-1]}")
-    if len({r.key for r in parsed} | {key}) == len(parsed):
+    if any(r.key == key for r in parsed):
       raise ValueError(f"{where}: {key} is set by an earlier rule too; keep one")
     parsed.append(Rule(key, source, tuple((bound, value) for bound, value in brackets)))
   return tuple(parsed)
