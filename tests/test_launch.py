@@ -290,7 +290,7 @@ def test_tpu_vm_commands_golden(repo_root, monkeypatch):
 
 
 def test_example_sweeps_expand(repo_root, monkeypatch):
-  from jformer import attention
+  from jformer import attention, config as config_lib
 
   monkeypatch.chdir(repo_root)
   variants = sweep.load("configs/sweeps/attention_variants.py")
@@ -322,6 +322,11 @@ def test_example_sweeps_expand(repo_root, monkeypatch):
   chosen = {"data.batch_size": 32, "train.steps": 1400, "optimizer.warmup_steps": 600,
             "optimizer.learning_rate_scale": 1.0, "optimizer.cooldown_fraction": 0.2}
   assert chosen in [p.overrides for p in recipe.points]
+  sizes = sweep.load("configs/sweeps/demo_corpus_size.py")  # loads without its corpora (cut by a benchmark script).
+  module = config_lib.import_file(repo_root / "configs" / "sweeps" / "demo_corpus_size.py", "sweep", "")
+  rows = [module.row_of(p.overrides) for p in sizes.points]
+  assert rows[:4] == ["18k rules", "18k -vocab", "18k -dropout", "18k before"] and len(set(rows)) == len(rows) == 11
+  assert all(p.steps == 1500 for p in sizes.points) and sizes.fixed["train.budget_minutes"] == 0.0
 
 
 def synthetic_sweep(root: pathlib.Path, name: str, results: dict) -> sweep.Sweep:
