@@ -9,7 +9,7 @@ checkpoint at a time, into a running sum; `save_params` writes the result where 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -23,8 +23,9 @@ from jformer.checkpoint import integrity
 from jformer.checkpoint.manager import Checkpointer, abstract_state
 
 
-def average_params(directory: epath.PathLike, last: int = 5) -> tuple[Any, list[int]]:
-  """The elementwise mean of the `params` of the newest `last` checkpoints in `directory`.
+def average_params(directory: epath.PathLike, last: int = 5, *,
+                   steps: Sequence[int] | None = None) -> tuple[Any, list[int]]:
+  """The elementwise mean of the `params` of the newest `last` checkpoints in `directory`, or of those at `steps`.
 
   Peak host memory is about two copies of the params: the running sum (float32, or float64 for float64
   params) and the checkpoint being read. The optimizer state is never read.
@@ -32,23 +33,31 @@ def average_params(directory: epath.PathLike, last: int = 5) -> tuple[Any, list[
   Args:
     directory: a `Checkpointer` directory (it is opened read-only, so a running job may keep writing).
     last: how many of the newest checkpoints to average (paper: 5 for base, 20 for big models).
+    steps: the checkpoints to average instead (each must be in `directory`); `last` is then ignored.
 
   Returns:
     `(params, steps)`: the mean as NumPy arrays of the saved dtypes, and the averaged steps, ascending.
   """
-  if not isinstance(last, int) or last < 1:
+  if steps is None and (not isinstance(last, int) or last < 1):
     raise ValueError(f"last must be a positive int, got {last!r}.")
   with Checkpointer(directory, read_only=True) as ckpt:
-    steps = ckpt.all_steps()
-    if not steps:
+    saved = ckpt.all_steps()
+    if not saved:
       raise FileNotFoundError(f"No complete checkpoint in {directory}; nothing to average.")
-    if len(steps) < last:
+    if steps is not None:
+      missing = sorted(set(steps) - set(saved))
+      if not steps or missing:
+        raise ValueError(f"Asked to average steps {sorted(steps)} of {directory}, which holds {saved}"
+                         + (f": {missing} missing." if missing else "."))
+      steps = sorted(steps)
+    elif len(saved) < last:
       raise ValueError(
-          f"Asked to average the last {last} checkpoints, but {directory} has only {len(steps)} "
-          f"(steps {steps}); average at most {len(steps)} (jformer average-checkpoints --last={len(steps)}), or "
+          f"Asked to average the last {last} checkpoints, but {directory} has only {len(saved)} "
+          f"(steps {saved}); average at most {len(saved)} (jformer average-checkpoints --last={len(saved)}), or "
           f"keep more checkpoints while training (--config.train.keep_checkpoints={last})."
       )
-    steps = steps[-last:]
+    else:
+      steps = saved[-last:]
     first = ckpt.restore_params(steps[0])
     _check_floating(first, steps[0])
     total = jax.tree.map(lambda x: x.astype(jnp.promote_types(x.dtype, jnp.float32)), first)
@@ -56,7 +65,7 @@ def average_params(directory: epath.PathLike, last: int = 5) -> tuple[Any, list[
       params = ckpt.restore_params(step)
       _check_same_tree(first, params, steps[0], step)
       total = jax.tree.map(lambda s, x: np.add(s, x.astype(s.dtype), out=s), total, params)
-  mean = jax.tree.map(lambda s, x: (s / last).astype(x.dtype), total, first)
+  mean = jax.tree.map(lambda s, x: (s / len(steps)).astype(x.dtype), total, first)
   return mean, steps
 
 

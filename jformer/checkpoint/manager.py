@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import operator
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -93,6 +93,7 @@ class Checkpointer:
       raise ValueError(f"save_interval_steps must be a positive int, got {save_interval_steps!r}.")
     self._directory = paths.absolute(directory)
     self._read_only = read_only
+    self._kept = _KeptSteps()
     if read_only:
       if not self._directory.is_dir():
         raise FileNotFoundError(f"Checkpoint directory {self._directory} does not exist (opened read-only).")
@@ -104,7 +105,7 @@ class Checkpointer:
               policies.FixedIntervalPolicy(save_interval_steps),
               policies.PreemptionCheckpointingPolicy(),
           ]),
-          preservation_policy=policies.LatestN(max_to_keep),
+          preservation_policy=policies.AnyPreservationPolicy([policies.LatestN(max_to_keep), self._kept]),
           cleanup_tmp_directories=True,
           enable_async_checkpointing=async_save,
       )
@@ -156,6 +157,11 @@ class Checkpointer:
   def should_save(self, step: int) -> bool:
     """Whether `save(step, ...)` (without `force`) would write checkpoint `step` (see `save`)."""
     return not self._read_only and self._manager.should_save(_as_step(step))
+
+  def keep(self, steps: Sequence[int]) -> None:
+    """Never deletes checkpoints at `steps` (beside the newest `max_to_keep`), e.g. those a run will average;
+    replaces the steps a previous call kept (they are then deleted at the next save, if not among the newest)."""
+    self._kept.steps = frozenset(int(step) for step in steps)
 
   def reached_preemption(self, step: int) -> bool:
     """True at the step every process agreed to save at after one of them received a preemption notice
@@ -360,6 +366,17 @@ class Checkpointer:
         f"could not write checkpoint {step} to {self._directory}: {cause.strerror or cause}. The steps saved before "
         f"it are intact ({kept or 'none'}); free space (or fix the folder) and rerun the same command to resume"
         f"{f' from step {kept[-1]}' if kept else ''}.") from error
+
+
+class _KeptSteps:
+  """An Orbax preservation policy: the checkpoints at `steps` are kept (`Checkpointer.keep`)."""
+
+  def __init__(self):
+    self.steps = frozenset()
+
+  def should_preserve(self, checkpoints: Sequence[Any], *, context: Any) -> list[bool]:
+    del context
+    return [checkpoint.step in self.steps for checkpoint in checkpoints]
 
 
 def abstract_state(template: Any) -> Any:

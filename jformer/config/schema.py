@@ -96,11 +96,14 @@ class TrainSection:
   eval_every: int = field(1000, "Steps between eval loss/accuracy on the valid split.", at_least=1)
   checkpoint_every: int = field(1000, "Steps between checkpoints (one is always written at the end and on SIGTERM).",
                                 at_least=1)
-  keep_checkpoints: int = field(5, "Checkpoints kept (>= average_checkpoints).", at_least=1)
+  keep_checkpoints: int = field(5, "Checkpoints kept (>= average_checkpoints without average_span).",
+                                at_least=1)
   bleu_every: int = field(0, "Steps between test-split BLEU; 0 = only at the end.", at_least=0)
   bleu_examples: int = field(-1, "Test sentences decoded for BLEU; -1 = all.", at_least=-1)
-  average_checkpoints: int = field(0, "Final BLEU with the mean of the last N checkpoints (paper: 5 base, 20 big).",
-                                   at_least=0)
+  average_checkpoints: int = field(0, "Average N checkpoints at the end (paper: 5 base, 20 big); the final test uses "
+                                   "the mean where its valid loss is no higher than the last step's.", at_least=0)
+  average_span: float = field(0.0, "Save the N averaged checkpoints evenly over this last fraction of the steps "
+                              "(0 = the last N saved every checkpoint_every).", at_least=0)
   eval_lengths: tuple = field((), "LM: context lengths (tokens) of the final test bits per byte; () = "
                               "data.max_length.")
   skip_nonfinite_updates: int = field(0, "Non-finite (NaN/Inf) updates skipped before the run stops; 0 = stop at "

@@ -59,9 +59,12 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
   if data.batch_size % train.grad_accumulation_steps:
     problems.append(f"data.batch_size={data.batch_size} is not divisible by "
                     f"train.grad_accumulation_steps={train.grad_accumulation_steps}")
-  if train.average_checkpoints > train.keep_checkpoints:
+  if train.average_checkpoints > train.keep_checkpoints and not train.average_span:
     problems.append(f"train.average_checkpoints={train.average_checkpoints} needs train.keep_checkpoints "
-                    f">= it (now {train.keep_checkpoints})")
+                    f">= it (now {train.keep_checkpoints}), or train.average_span > 0 (the run keeps them)")
+  if train.average_span and not (train.average_span < 1 and train.average_checkpoints >= 2):
+    problems.append(f"train.average_span={train.average_span} needs a fraction below 1 and "
+                    f"train.average_checkpoints >= 2 (now {train.average_checkpoints})")
   if config.optimizer.cooldown_fraction > 0.5:
     problems.append(f"optimizer.cooldown_fraction={config.optimizer.cooldown_fraction} is not in [0, 0.5]: the "
                     "cool-down must start after a time budget's planning steps (0 = off)")

@@ -34,7 +34,7 @@ from jformer import checkpoint, coordination, data, paths, tasks
 from jformer import config as config_lib
 from jformer.models.summary import param_shapes
 from jformer.parallel import say
-from jformer.train import optim, workdir_lock
+from jformer.train import averaging, optim, workdir_lock
 from jformer.train.budget import Budget, stored_plan
 from jformer.train.preemption import Preempted, Preemption
 from jformer.train.progress import Progress, format_duration, write_json
@@ -191,6 +191,17 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
     return runner_for(schedule_steps)
 
   runner = rescheduled(runner)  # resumed with a stored plan: nothing compiled yet.
+  averaging_at = ()  # the steps of the checkpoints the run averages (train.average_span), kept once known.
+
+  def averaging_steps():
+    nonlocal averaging_at
+    if config.train.average_span and budget.total_steps:
+      steps = averaging.window(budget.total_steps, config.train.average_checkpoints, config.train.average_span)
+      if steps != averaging_at:
+        averaging_at = steps
+        checkpointer.keep(steps)
+    return averaging_at
+
   progress = Progress(workdir, budget.total_steps, start_step)
   # Every phase's results merge into what the run wrote before (a rerun after the training finished only tests).
   results = {**read_results(workdir), "step": start_step, "finished": False,
@@ -228,7 +239,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
       log = step % config.train.log_every == 0 or last
       evaluate_now = not preempted and not evaluated and (step % config.train.eval_every == 0 or last)
       test_now = not preempted and task.test_every and step % task.test_every == 0 and not last
-      save = preempted or last or checkpointer.should_save(step)
+      averaged = step in averaging_steps()
+      save = preempted or last or averaged or checkpointer.should_save(step)
       if log or evaluate_now or test_now or save:  # the step loop's one host round trip.
         read = runner.read_totals(totals)
         results["skipped_updates"] = check_update(read, unread, step, config.train.skip_nonfinite_updates,
@@ -247,7 +259,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
         results.update(budget.results())  # the budget's time ends here: the final save and test are outside.
       if save:
         with progress.paused():
-          checkpointer.save(step, runner.checkpoint_view(state), datasets.train, force=preempted or last)
+          checkpointer.save(step, runner.checkpoint_view(state), datasets.train, force=preempted or last or averaged)
       if preempted:
         checkpointer.wait()
         say(f"preempted: saved step {step} to {checkpointer.directory}; rerun the same command to resume")
@@ -263,9 +275,12 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
     preemption.check("before the final test")
     params = runner.host_params(state)
     if config.train.average_checkpoints > 1:
-      params, steps = checkpoint.average_params(checkpointer.directory, last=config.train.average_checkpoints)
-      checkpoint.save_params(checkpoint.averaged_dir(workdir), params, overwrite=True)
-      results["averaged_steps"] = [int(s) for s in steps]
+      if "eval_loss" not in results:  # a run whose last step's evaluation is not in its results.
+        evaluate(step)
+      params, averaged_results = averaging.choose(
+          config.train, workdir, results["step"], params, results["eval_loss"],
+          lambda mean: task.evaluate(runner.eval_step, runner.device_params(mean), "valid"))
+      results.update(averaged_results)
     results.update(task.final_results(model, params, runner.eval_step), finished=True)
     progress.scalars(results["step"], task.final_scalars(results), prefix="test/")
     write_json(workdir / RESULTS_FILE, results)

@@ -126,6 +126,11 @@ class MeshRunner(_MetricTotals):
   def from_checkpoint(self, state):
     return state
 
+  def device_params(self, params):
+    """Host parameters (e.g. averaged ones, whole on every process) laid out as the state's for `eval_step`."""
+    return jax.tree.map(lambda x, sharding: jax.make_array_from_callback(x.shape, sharding, lambda index: x[index]),
+                        params, self.state_sharding.params)
+
   def host_params(self, state):
     """Parameters usable by a single-host decoder (gathered from every host when there are several)."""
     # tiled=True: each parameter is one global array, gathered whole (tiled=False refuses global arrays).
@@ -190,9 +195,13 @@ class PmapRunner(_MetricTotals):
 
   def from_checkpoint(self, state):
     """Stacks one copy per local device along a leading axis, laid out as pmap expects."""
+    return self.device_params(state)
+
+  def device_params(self, params):
+    """Host parameters (e.g. averaged ones), or a state, stacked one copy per local device as pmap expects."""
     sharding = NamedSharding(jax.sharding.Mesh(np.asarray(self.devices), (PMAP_AXIS,)), PartitionSpec(PMAP_AXIS))
     n = len(self.devices)
-    return jax.tree.map(lambda x: jax.device_put(jnp.broadcast_to(x, (n,) + x.shape), sharding), state)
+    return jax.tree.map(lambda x: jax.device_put(jnp.broadcast_to(x, (n,) + x.shape), sharding), params)
 
   def host_params(self, state):
     return jax.tree.map(jnp.copy, _first_replica(state.params))

@@ -1,0 +1,60 @@
+"""Checkpoint averaging at the end of a run (paper Sec. 6.1: "a single model obtained by averaging the last 5
+checkpoints"; 20 for the big models), used for the final test only where it helps on the valid split.
+
+`train.average_checkpoints=N` (N >= 2) averages N checkpoints once training ends:
+- `train.average_span=f` (0 < f < 1): the run saves them itself, evenly spaced over the last fraction f of its steps
+  and ending at its last step (`window`); they are kept whatever `train.keep_checkpoints` says. With a time budget
+  the steps follow the plan (the final one: a cool-down longer than f starts after it), so the window moves with it.
+- f = 0: the last N checkpoints the run saved every `train.checkpoint_every` steps (keep_checkpoints >= N).
+
+The mean is scored on the valid split beside the last step's parameters, and the final test (BLEU, bits per byte)
+uses whichever has the lower valid loss (the mean on a tie). results.json records both losses, the averaged steps
+and the choice; a chosen mean is written to `<workdir>/averaged`, which `translate` and `evaluate` then load by
+default (`--checkpoint=auto`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from jformer import checkpoint
+from jformer.parallel import say
+
+
+def window(total_steps: int, count: int, span: float) -> tuple[int, ...]:
+  """The steps of the `count` averaged checkpoints: evenly spaced over the last `span` of `total_steps`, the last at
+  `total_steps`, rounded to whole steps (fewer when the span holds fewer steps), e.g. window(1000, 5, 0.1) =
+  (900, 925, 950, 975, 1000)."""
+  first = max(total_steps - round(span * total_steps), 1)
+  return tuple(sorted({round(first + k * (total_steps - first) / (count - 1)) for k in range(count)}))
+
+
+def averaged_steps(train_config, total_steps: int, saved: list[int]) -> list[int]:
+  """The saved steps to average: those of `window` that were saved (a run whose plan moved its window after some of
+  its steps passed keeps fewer), or without a span the last `train.average_checkpoints` saved."""
+  if train_config.average_span:
+    return [step for step in window(total_steps, train_config.average_checkpoints, train_config.average_span)
+            if step in saved]
+  return saved[-train_config.average_checkpoints:]
+
+
+def choose(train_config, workdir, total_steps: int, final_params: Any, final_loss: float,
+           evaluate: Callable[[Any], dict]) -> tuple[Any, dict]:
+  """(the parameters to test, results.json entries): the mean of `averaged_steps` where its valid loss
+  (`evaluate(params)["loss"]`) is no higher than `final_loss` (the last step's), else `final_params`."""
+  directory = checkpoint.checkpoints_dir(workdir)
+  with checkpoint.Checkpointer(directory, read_only=True) as saved:
+    steps = averaged_steps(train_config, total_steps, saved.all_steps())
+  if len(steps) < 2:
+    say(f"checkpoint averaging: {len(steps)} of the averaged checkpoints saved; testing the last step's parameters")
+    return final_params, {"averaged_steps": steps, "tested_params": "final"}
+  mean, steps = checkpoint.average_params(directory, steps=steps)
+  loss = float(evaluate(mean)["loss"])
+  chosen = loss <= final_loss
+  say(f"checkpoint averaging: the mean of steps {', '.join(map(str, steps))} has valid loss {loss:.4f}, the last "
+      f"step {final_loss:.4f} -> the final test uses {'the mean' if chosen else 'the last step'}")
+  if chosen:
+    checkpoint.save_params(checkpoint.averaged_dir(workdir), mean, overwrite=True)
+  return (mean if chosen else final_params), {
+      "averaged_steps": [int(s) for s in steps], "averaged_eval_loss": loss, "final_eval_loss": float(final_loss),
+      "tested_params": "averaged" if chosen else "final"}
