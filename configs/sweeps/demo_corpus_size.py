@@ -1,24 +1,29 @@
-"""Does each of configs/demo.py's rules earn its place? The demo at 5k, 18k, 50k and 107k training pairs, with its
-rules (`train.recipe`) and with each rule's choice replaced by the value the demo had before it (vocabulary 8000,
-dropout 0.1), at equal steps. The corpora are cut from the bundled one by software project, so valid and test
-come from projects the training pairs do not (benchmarks/corpus_subsets.py); test BLEU is reported, the valid
-split is the one to choose on.
+"""Does each of configs/demo.py's rules earn its place? The demo on corpora of two domains and several sizes, with
+its rules (`train.recipe`) and with each rule's choice put back to the value the demo had before it (vocabulary
+8000, dropout 0.1), at equal steps. The valid split is the one to choose on; test BLEU is reported beside it.
+- gettext (software messages): 5k, 18k, 50k and 107k pairs cut from the bundled corpus by software project, valid
+  and test from projects the training pairs do not come from (benchmarks/corpus_subsets.py);
+- help (user-help prose, longer segments): 18k and 34k (all) pairs of benchmarks/corpora/help_en_de, valid and
+  test from manuals the training pairs do not come from (benchmarks/help_corpus.py).
 
     for n in 5000:5k 18000:18k 50000:50k 0:all; do
       python benchmarks/corpus_subsets.py --pairs=${n%%:*} --out=runs/corpora/gettext_${n##*:}; done
-    python -m launch --sweep=configs/sweeps/demo_corpus_size.py     # here, one point after another (~95 minutes)
+    for n in 18000:18k 0:all; do
+      python benchmarks/help_corpus.py --from_stored --pairs=${n%%:*} --out=runs/corpora/help_${n##*:}; done
+    python -m launch --sweep=configs/sweeps/demo_corpus_size.py     # here, one point after another (~2 hours)
     python benchmarks/record_sweep.py --sweep=configs/sweeps/demo_corpus_size.py --root=runs \
         --json=benchmarks/results/sweep_demo_corpus_size.json --figure=docs/results/demo_corpus_size.png
 
 Every point trains STEPS steps (no time budget, so the points are comparable whatever the machine did meanwhile):
 what the demo's 15 minutes buy on the 2-core machines it is slowest on (0.55-0.62 s per step: 1,350-1,600 steps).
-With 1,500 steps the rules choose: 5k and 18k pairs -> vocabulary 2000, dropout 0.3 (43 and 12 passes); 50k ->
-4000, 0.1 (4.3 passes); 107k -> 8000, 0.1 (2.0 passes). A point that sets a ruled key keeps its value (the
-command line wins over a rule).
+With 1,500 steps the rules choose: gettext 5k and 18k pairs -> vocabulary 2000, dropout 0.3 (43 and 12 passes);
+50k -> 4000, 0.1 (4.3 passes); 107k -> 8000, 0.1 (2.0 passes); help 18k -> 2000, 0.2 (6.4 passes); help 34k -> 4000,
+0.1 (3.4 passes). A point that sets a ruled key keeps its value (the command line wins over a rule).
 """
 
-CORPORA = {"5k": "runs/corpora/gettext_5k", "18k": "runs/corpora/gettext_18k", "50k": "runs/corpora/gettext_50k",
-           "107k": "runs/corpora/gettext_all"}
+CORPORA = {"gettext 5k": "runs/corpora/gettext_5k", "gettext 18k": "runs/corpora/gettext_18k",
+           "gettext 50k": "runs/corpora/gettext_50k", "gettext 107k": "runs/corpora/gettext_all",
+           "help 18k": "runs/corpora/help_18k", "help 34k": "runs/corpora/help_all"}
 STEPS = 1500
 BEFORE = {"model.vocab_size": 8000, "model.dropout_rate": 0.1}  # The demo's values before its rules.
 BASE = "configs/demo.py"
@@ -26,18 +31,22 @@ FIXED = {"train.budget_minutes": 0.0, "train.steps": STEPS, "train.eval_every": 
 SLURM = {"nodes": 1, "gpus_per_node": 1, "time": "00:30:00"}
 # (corpus, recipe name, the ruled keys it sets): "rules" sets none; "-vocab" and "-dropout" put one rule's key back
 # to its value before the rules; "before" both. Where a rule already chooses the old value, its row would repeat
-# "rules" and is left out; at 107k pairs "dropout 0.3" asks whether the small corpora's dropout hurts a large one.
+# "rules" and is left out.
 ROWS = (
-    ("18k", "rules", {}), ("18k", "-vocab", {"model.vocab_size": 8000}),
-    ("18k", "-dropout", {"model.dropout_rate": 0.1}), ("18k", "before", BEFORE),
-    ("5k", "rules", {}), ("5k", "-vocab", {"model.vocab_size": 8000}), ("5k", "-dropout", {"model.dropout_rate": 0.1}),
-    ("50k", "rules", {}), ("50k", "-vocab", {"model.vocab_size": 8000}),
-    ("107k", "rules", {}), ("107k", "dropout 0.3", {"model.dropout_rate": 0.3}),
+    ("gettext 18k", "rules", {}), ("gettext 18k", "-vocab", {"model.vocab_size": 8000}),
+    ("gettext 18k", "-dropout", {"model.dropout_rate": 0.1}), ("gettext 18k", "before", BEFORE),
+    ("gettext 5k", "rules", {}), ("gettext 5k", "-vocab", {"model.vocab_size": 8000}),
+    ("gettext 5k", "-dropout", {"model.dropout_rate": 0.1}),
+    ("gettext 50k", "rules", {}), ("gettext 50k", "-vocab", {"model.vocab_size": 8000}),
+    ("gettext 107k", "rules", {}),
+    ("help 18k", "rules", {}), ("help 18k", "-vocab", {"model.vocab_size": 8000}),
+    ("help 18k", "-dropout", {"model.dropout_rate": 0.1}),
+    ("help 34k", "rules", {}), ("help 34k", "-vocab", {"model.vocab_size": 8000}),
 )
 
 
 def row_of(overrides: dict) -> str:
-  """'<corpus> <recipe>', e.g. '18k -vocab'."""
+  """'<corpus> <recipe>', e.g. 'gettext 18k -vocab'."""
   corpus = next(name for name, path in CORPORA.items() if path == overrides["data.path"])
   keys = {key: value for key, value in overrides.items() if key != "data.path"}
   return next(f"{name} {recipe}" for name, recipe, ruled in ROWS if name == corpus and ruled == keys)
