@@ -158,20 +158,35 @@ TRANSLATION_COLUMNS = (("bleu", "test BLEU", "{:.2f}"), ("eval_loss", "valid los
                        ("tokens_per_second", "tokens/s", "{:,.0f}"))
 
 
-def translation_table(sweep, rows: list[dict], curves: dict) -> tuple[list[str], list[list[str]], dict]:
-  """(headers, one row per point: its swept values and TRANSLATION_COLUMNS, {point: its final metrics and its
-  train and valid loss curves}); every point finished."""
+def used_value(workdir: str, dotted_key: str):
+  """The value of `dotted_key` that the run in `workdir` used (its config.json: after any recipe rule)."""
+  value = json.loads(pathlib.Path(workdir, "config.json").read_text())
+  for part in dotted_key.split("."):
+    value = value[part]
+  return value
+
+
+def translation_table(sweep, rows: list[dict], curves: dict, root: str) -> tuple[list[str], list[list[str]], dict]:
+  """(headers, one row per point: its row name (the sweep's row_of) or swept values, the values its run used of
+  the sweep's REPORT_KEYS, and TRANSLATION_COLUMNS; {point: those values, its final metrics and its train and valid
+  loss curves}); every point finished."""
   from launch import runs
 
   unfinished = [row["point"] for row in rows if row["status"] != runs.DONE]
   if unfinished:
     raise SystemExit(f"points {unfinished} are not done: run the sweep to its end first")
-  headers = [*sweep.keys, *(column for _, column, _ in TRANSLATION_COLUMNS)]
-  table_rows = [[*(str(row[key]) for key in sweep.keys), *(form.format(row[key]) for key, _, form in
-                                                           TRANSLATION_COLUMNS)] for row in rows]
-  points = {row["point"]: {**{key: row[key] for key, _, _ in TRANSLATION_COLUMNS},
-                           "curves": {tag: curves[row["point"]].get(tag, []) for tag in ("train/loss", "eval/loss")}}
-            for row in rows}
+  named = [("row", lambda point: sweep.row_of(point.overrides))] if sweep.row_of else [
+      (key, lambda point, key=key: point.overrides.get(key, "")) for key in sweep.keys]
+  used = [(key, lambda point, key=key: used_value(sweep.workdir(root, point), key)) for key in sweep.report_keys]
+  points_by_name = {point.name: point for point in sweep.points}
+  headers = [*(key for key, _ in named + used), *(column for _, column, _ in TRANSLATION_COLUMNS)]
+  table_rows, points = [], {}
+  for row in rows:
+    point = points_by_name[row["point"]]
+    values = {key: value(point) for key, value in named + used}
+    table_rows.append([*map(str, values.values()), *(form.format(row[key]) for key, _, form in TRANSLATION_COLUMNS)])
+    points[row["point"]] = {**values, **{key: row[key] for key, _, _ in TRANSLATION_COLUMNS},
+                            "curves": {tag: curves[row["point"]].get(tag, []) for tag in ("train/loss", "eval/loss")}}
   return headers, table_rows, points
 
 
@@ -205,7 +220,7 @@ def main():
   title = args.title or kept.get("title") or f"sweep {sweep.name}"
   report_rows, curves = report.collect(sweep, args.root)
   if any(row.get("bleu") is not None for row in report_rows):  # translation: each point and its curves.
-    headers, rows, points = translation_table(sweep, report_rows, curves)
+    headers, rows, points = translation_table(sweep, report_rows, curves, args.root)
     report.plot(curves, args.figure, title)
   elif sweep.figure:  # the best point per group (e.g. per learning rate), as `jformer sweep-report` draws it.
     from launch import best_of

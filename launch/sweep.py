@@ -7,6 +7,7 @@ A sweep file (`configs/sweeps/<name>.py`) defines
     SLURM = {"nodes": 1, "time": "1:00:00"}        # optional: launch.backends.slurm.Settings fields
     TPU = {"name": "my-v4", "zone": "us-central2-b"}  # optional: launch.backends.tpu_vm.Settings fields
     FIGURE = {"metric": "test_accuracy", "x": "model.d_model", ...}  # optional: the best-of figure (launch/best_of.py)
+    REPORT_KEYS = ("model.vocab_size",)   # optional: keys recorded with the value each run used (e.g. a recipe's)
 
     def row_of(overrides):                # optional: the name of a point's row in reports (its seeds left out)
       return overrides["model.attention"]
@@ -96,6 +97,7 @@ class Sweep:
   tpu: dict[str, Any] = dataclasses.field(default_factory=dict)
   figure: dict[str, Any] = dataclasses.field(default_factory=dict)  # FIGURE (launch/best_of.py), if defined
   row_of: Callable[[dict], str] | None = dataclasses.field(default=None, compare=False)  # the file's row_of
+  report_keys: tuple[str, ...] = ()  # REPORT_KEYS: config keys reported with the value each point's run used
 
   @property
   def keys(self) -> list[str]:
@@ -141,7 +143,8 @@ def load(path: str | os.PathLike) -> Sweep:
   expanded = expand(_path_safe(file.stem), module.BASE, module.get_sweep(), fixed=getattr(module, "FIXED", {}),
                     slurm=getattr(module, "SLURM", {}), tpu=getattr(module, "TPU", {}))
   return dataclasses.replace(expanded, figure=dict(getattr(module, "FIGURE", {})),
-                             row_of=getattr(module, "row_of", None))
+                             row_of=getattr(module, "row_of", None),
+                             report_keys=tuple(getattr(module, "REPORT_KEYS", ())))
 
 
 def expand(name: str, base: str, points: list[Mapping[str, Any]], *, fixed: Mapping[str, Any] | None = None,

@@ -2,6 +2,7 @@
 the blocks the sweep claims, each with two seeds; the gated block keeps the feed-forward's parameters; the record
 groups the seeds of a row, averages them and shows their spread."""
 
+import dataclasses
 import functools
 import json
 
@@ -112,13 +113,23 @@ def test_a_translation_sweep_is_recorded_one_row_per_point_with_its_curves(tmp_p
   dtypes = sweep.Sweep("blocks", "configs/demo.py", {}, tuple(sweep.Point(n, p, 1487) for n, p in zip(names, points)))
   rows, curves = report.collect(dtypes, str(tmp_path))
   curves[names[0]] = {"eval/loss": [(500, 4.5), (1487, 2.8125)]}
-  headers, table_rows, recorded = record_sweep.translation_table(dtypes, rows, curves)
+  headers, table_rows, recorded = record_sweep.translation_table(dtypes, rows, curves, str(tmp_path))
   assert headers == ["model.dtype", "train.seed", "test BLEU", "valid loss", "train loss", "steps", "tokens/s"]
   assert table_rows == [["float32", "0", "20.50", "2.8125", "2.5625", "1,487", "5,000"],
                         ["bfloat16", "0", "20.75", "2.8125", "2.5625", "1,487", "5,000"]]
   assert recorded[names[0]]["curves"] == {"train/loss": [], "eval/loss": [(500, 4.5), (1487, 2.8125)]}
   assert recorded[names[1]]["bleu"] == 20.75
 
+  # Named by the sweep's row_of, with the value of each REPORT_KEYS key its run used (a recipe's choice).
+  for name, vocab in zip(names, (2000, 8000)):
+    (tmp_path / "blocks" / name / "config.json").write_text(json.dumps({"model": {"vocab_size": vocab}}))
+  named = dataclasses.replace(dtypes, row_of=lambda overrides: f"{overrides['model.dtype']} row",
+                              report_keys=("model.vocab_size",))
+  headers, table_rows, recorded = record_sweep.translation_table(named, rows, curves, str(tmp_path))
+  assert headers[:3] == ["row", "model.vocab_size", "test BLEU"]
+  assert [r[:3] for r in table_rows] == [["float32 row", "2000", "20.50"], ["bfloat16 row", "8000", "20.75"]]
+  assert recorded[names[1]]["model.vocab_size"] == 8000 and recorded[names[1]]["row"] == "bfloat16 row"
+
   (tmp_path / "blocks" / names[1] / runs.RESULTS).unlink()
   with pytest.raises(SystemExit, match="not done: run the sweep to its end first"):
-    record_sweep.translation_table(dtypes, report.collect(dtypes, str(tmp_path))[0], curves)
+    record_sweep.translation_table(dtypes, report.collect(dtypes, str(tmp_path))[0], curves, str(tmp_path))

@@ -29,6 +29,7 @@ BEFORE = {"model.vocab_size": 8000, "model.dropout_rate": 0.1}  # The demo's val
 BASE = "configs/demo.py"
 FIXED = {"train.budget_minutes": 0.0, "train.steps": STEPS, "train.eval_every": 500}
 SLURM = {"nodes": 1, "gpus_per_node": 1, "time": "00:30:00"}
+REPORT_KEYS = ("model.vocab_size", "model.dropout_rate")  # What each run used: the rules' choice or the point's.
 # (corpus, recipe name, the ruled keys it sets): "rules" sets none; "-vocab" and "-dropout" put one rule's key back
 # to its value before the rules; "before" both. Where a rule already chooses the old value, its row would repeat
 # "rules" and is left out.
