@@ -152,10 +152,12 @@ def best_of_table(sweep, rows: list[dict]) -> tuple[list[str], list[list[str]], 
   return headers, table_rows, groups
 
 
-# (results key, column, format) of a translation sweep's table.
+# (results key, column, format) of a translation sweep's table; AVERAGING_COLUMNS where its runs averaged
+# checkpoints (jformer/train/averaging.py: "valid loss" is then the last step's).
 TRANSLATION_COLUMNS = (("bleu", "test BLEU", "{:.2f}"), ("eval_loss", "valid loss", "{:.4f}"),
                        ("train_loss", "train loss", "{:.4f}"), ("step", "steps", "{:,}"),
                        ("tokens_per_second", "tokens/s", "{:,.0f}"))
+AVERAGING_COLUMNS = (("averaged_eval_loss", "averaged valid loss", "{:.4f}"), ("tested_params", "tested", "{}"))
 
 
 def used_value(workdir: str, dotted_key: str):
@@ -179,13 +181,15 @@ def translation_table(sweep, rows: list[dict], curves: dict, root: str) -> tuple
       (key, lambda point, key=key: point.overrides.get(key, "")) for key in sweep.keys]
   used = [(key, lambda point, key=key: used_value(sweep.workdir(root, point), key)) for key in sweep.report_keys]
   points_by_name = {point.name: point for point in sweep.points}
-  headers = [*(key for key, _ in named + used), *(column for _, column, _ in TRANSLATION_COLUMNS)]
+  columns = TRANSLATION_COLUMNS + (AVERAGING_COLUMNS if any(row.get("averaged_eval_loss") for row in rows) else ())
+  headers = [*(key for key, _ in named + used), *(column for _, column, _ in columns)]
   table_rows, points = [], {}
   for row in rows:
     point = points_by_name[row["point"]]
     values = {key: value(point) for key, value in named + used}
-    table_rows.append([*map(str, values.values()), *(form.format(row[key]) for key, _, form in TRANSLATION_COLUMNS)])
-    points[row["point"]] = {**values, **{key: row[key] for key, _, _ in TRANSLATION_COLUMNS},
+    table_rows.append([*map(str, values.values()),
+                       *("-" if row[key] is None else form.format(row[key]) for key, _, form in columns)])
+    points[row["point"]] = {**values, **{key: row[key] for key, _, _ in columns},
                             "curves": {tag: curves[row["point"]].get(tag, []) for tag in ("train/loss", "eval/loss")}}
   return headers, table_rows, points
 

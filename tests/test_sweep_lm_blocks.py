@@ -129,6 +129,14 @@ def test_a_translation_sweep_is_recorded_one_row_per_point_with_its_curves(tmp_p
   assert headers[:3] == ["row", "model.vocab_size", "test BLEU"]
   assert [r[:3] for r in table_rows] == [["float32 row", "2000", "20.50"], ["bfloat16 row", "8000", "20.75"]]
   assert recorded[names[1]]["model.vocab_size"] == 8000 and recorded[names[1]]["row"] == "bfloat16 row"
+  # Runs that averaged checkpoints: their mean's valid loss and which parameters were tested.
+  results = json.loads((tmp_path / "blocks" / names[0] / runs.RESULTS).read_text())
+  (tmp_path / "blocks" / names[0] / runs.RESULTS).write_text(json.dumps(
+      {**results, "averaged_eval_loss": 2.75, "tested_params": "averaged"}))
+  headers, table_rows, _ = record_sweep.translation_table(named, report.collect(named, str(tmp_path))[0], curves,
+                                                          str(tmp_path))
+  assert headers[-2:] == ["averaged valid loss", "tested"] and table_rows[0][-2:] == ["2.7500", "averaged"]
+  assert table_rows[1][-2:] == ["-", "-"]  # a run without averaging.
 
   (tmp_path / "blocks" / names[1] / runs.RESULTS).unlink()
   with pytest.raises(SystemExit, match="not done: run the sweep to its end first"):

@@ -1,0 +1,20 @@
+"""Does checkpoint averaging help the demo? Points of configs/sweeps/demo_corpus_size.py (its rules, 1,500 steps)
+trained again with `train.average_checkpoints=5` and `train.average_span=0.1`: five checkpoints over the last 150
+steps (the learning rate's linear cool-down), their mean scored on the valid split beside the last step's, the
+better of the two tested. Averaging only adds saves, so each run's last step is the demo_corpus_size point's: its
+test BLEU there is the last step's, here the tested parameters'.
+
+    python -m launch --sweep=configs/sweeps/demo_averaging.py      # here, one point after another (~20 minutes)
+    python benchmarks/record_sweep.py --sweep=configs/sweeps/demo_averaging.py --root=runs \
+        --json=benchmarks/results/sweep_demo_averaging.json --figure=docs/results/demo_averaging.png
+"""
+
+BASE = "configs/demo.py"
+FIXED = {"train.budget_minutes": 0.0, "train.steps": 1500, "train.eval_every": 500,
+         "train.average_checkpoints": 5, "train.average_span": 0.1}
+SLURM = {"nodes": 1, "gpus_per_node": 1, "time": "00:30:00"}
+REPORT_KEYS = ("model.vocab_size", "model.dropout_rate")
+
+
+def get_sweep():
+  return [{"data.path": "runs/corpora/gettext_all"}, {"data.path": "runs/corpora/help_18k"}]
