@@ -157,6 +157,7 @@ def best_of_table(sweep, rows: list[dict]) -> tuple[list[str], list[list[str]], 
 TRANSLATION_COLUMNS = (("bleu", "test BLEU", "{:.2f}"), ("eval_loss", "valid loss", "{:.4f}"),
                        ("train_loss", "train loss", "{:.4f}"), ("step", "steps", "{:,}"),
                        ("tokens_per_second", "tokens/s", "{:,.0f}"))
+VALID_BLEU_COLUMN = ("valid_bleu", "valid BLEU", "{:.2f}")
 AVERAGING_COLUMNS = (("averaged_eval_loss", "averaged valid loss", "{:.4f}"), ("tested_params", "tested", "{}"))
 
 
@@ -168,10 +169,18 @@ def used_value(workdir: str, dotted_key: str):
   return value
 
 
+def valid_bleu(workdir: str) -> float | None:
+  """The valid BLEU `jformer evaluate --workdir=W --split=valid` wrote into W (None where it has not run): the
+  number to choose on where the valid losses do not compare (across vocabularies)."""
+  written = sorted(pathlib.Path(workdir).glob("evaluate_valid_*.json"))
+  return json.loads(written[-1].read_text()).get("bleu") if written else None
+
+
 def translation_table(sweep, rows: list[dict], curves: dict, root: str) -> tuple[list[str], list[list[str]], dict]:
   """(headers, one row per point: its row name (the sweep's row_of) or swept values, the values its run used of
-  the sweep's REPORT_KEYS, and TRANSLATION_COLUMNS; {point: those values, its final metrics and its train and valid
-  loss curves}); every point finished."""
+  the sweep's REPORT_KEYS, and TRANSLATION_COLUMNS (with valid BLEU where `jformer evaluate --split=valid` scored
+  the points, AVERAGING_COLUMNS where they averaged checkpoints); {point: those values, its final metrics and its
+  train and valid loss curves}); every point finished."""
   from launch import runs
 
   unfinished = [row["point"] for row in rows if row["status"] != runs.DONE]
@@ -181,7 +190,9 @@ def translation_table(sweep, rows: list[dict], curves: dict, root: str) -> tuple
       (key, lambda point, key=key: point.overrides.get(key, "")) for key in sweep.keys]
   used = [(key, lambda point, key=key: used_value(sweep.workdir(root, point), key)) for key in sweep.report_keys]
   points_by_name = {point.name: point for point in sweep.points}
-  columns = TRANSLATION_COLUMNS + (AVERAGING_COLUMNS if any(row.get("averaged_eval_loss") for row in rows) else ())
+  rows = [{**row, "valid_bleu": valid_bleu(sweep.workdir(root, points_by_name[row["point"]]))} for row in rows]
+  columns = ((VALID_BLEU_COLUMN,) if any(row["valid_bleu"] is not None for row in rows) else ()) + \
+      TRANSLATION_COLUMNS + (AVERAGING_COLUMNS if any(row.get("averaged_eval_loss") for row in rows) else ())
   headers = [*(key for key, _ in named + used), *(column for _, column, _ in columns)]
   table_rows, points = [], {}
   for row in rows:

@@ -137,6 +137,12 @@ def test_a_translation_sweep_is_recorded_one_row_per_point_with_its_curves(tmp_p
                                                           str(tmp_path))
   assert headers[-2:] == ["averaged valid loss", "tested"] and table_rows[0][-2:] == ["2.7500", "averaged"]
   assert table_rows[1][-2:] == ["-", "-"]  # a run without averaging.
+  # Points that `jformer evaluate --split=valid` scored: their valid BLEU before the test BLEU.
+  (tmp_path / "blocks" / names[1] / "evaluate_valid_64.json").write_text(json.dumps({"bleu": 19.5, "loss": 2.9}))
+  headers, table_rows, recorded = record_sweep.translation_table(named, report.collect(named, str(tmp_path))[0],
+                                                                 curves, str(tmp_path))
+  assert headers[2:4] == ["valid BLEU", "test BLEU"] and [r[2] for r in table_rows] == ["-", "19.50"]
+  assert recorded[names[1]]["valid_bleu"] == 19.5
 
   (tmp_path / "blocks" / names[1] / runs.RESULTS).unlink()
   with pytest.raises(SystemExit, match="not done: run the sweep to its end first"):
