@@ -326,7 +326,7 @@ def test_example_sweeps_expand(repo_root, monkeypatch):
   module = config_lib.import_file(repo_root / "configs" / "sweeps" / "demo_corpus_size.py", "sweep", "")
   rows = [module.row_of(p.overrides) for p in sizes.points]
   assert rows[:4] == ["gettext 18k rules", "gettext 18k -vocab", "gettext 18k -dropout", "gettext 18k before"]
-  assert len(set(rows)) == len(rows) == 13 and rows[-1] == "gettext 5k rules"
+  assert len(set(rows)) == len(rows) == 14 and rows[-1] == "help 34k -vocab"
   assert all(p.steps == 1500 for p in sizes.points) and sizes.fixed["train.budget_minutes"] == 0.0
   averaged = sweep.load("configs/sweeps/demo_averaging.py")  # the same steps, with averaging: comparable rows.
   assert {k: v for k, v in averaged.fixed.items() if not k.startswith("train.average_")} == sizes.fixed
