@@ -9,11 +9,15 @@ test BLEU there is the last step's, here the tested parameters'.
         --json=benchmarks/results/sweep_demo_averaging.json --figure=docs/results/demo_averaging.png
 """
 
-BASE = "configs/demo.py"
-FIXED = {"train.budget_minutes": 0.0, "train.steps": 1500, "train.eval_every": 500,
-         "train.average_checkpoints": 5, "train.average_span": 0.1}
-SLURM = {"nodes": 1, "gpus_per_node": 1, "time": "00:30:00"}
-REPORT_KEYS = ("model.vocab_size", "model.dropout_rate")
+import pathlib
+
+from jformer import config as config_lib
+
+SIZES = config_lib.import_file(pathlib.Path(__file__).with_name("demo_corpus_size.py"), "sweep", "")
+BASE = SIZES.BASE
+FIXED = {**SIZES.FIXED, "train.average_checkpoints": 5, "train.average_span": 0.1}
+SLURM = SIZES.SLURM
+REPORT_KEYS = SIZES.REPORT_KEYS
 
 
 def get_sweep():
