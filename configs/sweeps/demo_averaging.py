@@ -1,5 +1,5 @@
-"""Does checkpoint averaging help the demo? Points of configs/sweeps/demo_corpus_size.py (its rules, 1,500 steps)
-trained again with `train.average_checkpoints=5` and `train.average_span=0.1`: five checkpoints over the last 150
+"""Does checkpoint averaging help the demo? Two points of configs/sweeps/demo_corpus_size.py (1,500 steps) trained
+again with `train.average_checkpoints=5` and `train.average_span=0.1`: five checkpoints over the last 150
 steps (the learning rate's linear cool-down), their mean scored on the valid split beside the last step's, the
 better of the two tested. Averaging only adds saves, so each run's last step is the demo_corpus_size point's: its
 test BLEU there is the last step's, here the tested parameters'.
@@ -21,4 +21,5 @@ REPORT_KEYS = SIZES.REPORT_KEYS
 
 
 def get_sweep():
-  return [{"data.path": "runs/corpora/gettext_all"}, {"data.path": "runs/corpora/help_18k"}]
+  """gettext 107k (its rules chose 8000 pieces and dropout 0.1) and help 18k at those values ("before")."""
+  return [{"data.path": SIZES.CORPORA["gettext 107k"]}, {"data.path": SIZES.CORPORA["help 18k"], **SIZES.BEFORE}]
