@@ -1,7 +1,7 @@
 """The demo's vocabulary at equal wall clock: configs/demo.py (15-minute budget, dropout 0.1) with the shared
 SentencePiece vocabulary of 8000 pieces it had before its rules, and with 4000, on the bundled 111k pairs. A smaller
 vocabulary makes a step cheaper (the output layer and its softmax) and gives each piece more updates; the evidence
-behind the demo's vocabulary rule (configs/demo.py).
+behind the demo's 8000 pieces (configs/demo.py).
 
     python -m launch --sweep=configs/sweeps/demo_vocab.py          # here, one point after the other (~35 minutes)
     python benchmarks/record_sweep.py --sweep=configs/sweeps/demo_vocab.py --root=runs \
