@@ -236,7 +236,8 @@ def main():
   report_rows, curves = report.collect(sweep, args.root)
   if any(row.get("bleu") is not None for row in report_rows):  # translation: each point and its curves.
     headers, rows, points = translation_table(sweep, report_rows, curves, args.root)
-    report.plot(curves, args.figure, title)
+    named = {point.name: sweep.row_of(point.overrides) for point in sweep.points} if sweep.row_of else {}
+    report.plot({named.get(name, name): curve for name, curve in curves.items()}, args.figure, title)
   elif sweep.figure:  # the best point per group (e.g. per learning rate), as `jformer sweep-report` draws it.
     from launch import best_of
 
