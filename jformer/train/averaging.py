@@ -4,7 +4,8 @@ checkpoints"; 20 for the big models), used for the final test only where it help
 `train.average_checkpoints=N` (N >= 2) averages N checkpoints once training ends:
 - `train.average_span=f` (0 < f < 1): the run saves them itself, evenly spaced over the last fraction f of its steps
   and ending at its last step (`window`); they are kept whatever `train.keep_checkpoints` says. With a time budget
-  the steps follow the plan (the final one: a cool-down longer than f starts after it), so the window moves with it.
+  the window follows the plan; it starts after the final plan when f is below `optimizer.cooldown_fraction` (the
+  cool-down starts after it), else the steps of the window that passed before the final plan may be missing.
 - f = 0: the last N checkpoints the run saved every `train.checkpoint_every` steps (keep_checkpoints >= N).
 
 The mean is scored on the valid split beside the last step's parameters, and the final test (BLEU, bits per byte)
