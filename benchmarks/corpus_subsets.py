@@ -33,20 +33,35 @@ HELD_OUT_PAIRS = 1500
 DOCUMENT_MESSAGES = 8
 
 
-def read_bundled() -> list[tuple[str, str, str]]:
-  """(package, source, target) of every pair of the bundled corpus, its train, valid and test splits in order."""
+def read_pairs(folder: pathlib.Path, group: str) -> list[tuple[str, str, str]]:
+  """(group, source, target) of every pair of a stored corpus's {train,valid,test}.{GROUP,src,tgt}.gz, in order;
+  the group names where a pair came from (a package, a manual)."""
   pairs = []
   for split in ("train", "valid", "test"):
-    columns = [gzip.open(BUNDLED / f"{split}.{suffix}.gz", "rt", encoding="utf-8").read().split("\n")[:-1]
-               for suffix in ("pkg", "src", "tgt")]
+    columns = [gzip.open(folder / f"{split}.{suffix}.gz", "rt", encoding="utf-8").read().split("\n")[:-1]
+               for suffix in (group, "src", "tgt")]
     pairs += list(zip(*columns, strict=True))
   return pairs
 
 
-def subsets(pairs: list[tuple[str, str, str]], train_pairs: int, seed: int) -> dict[str, list[tuple[str, str, str]]]:
-  """{split: pairs}: valid and test from their packages, train (`train_pairs`, 0 = all) from the others."""
+def read_bundled() -> list[tuple[str, str, str]]:
+  """(package, source, target) of every pair of the bundled corpus, its train, valid and test splits in order."""
+  return read_pairs(BUNDLED, "pkg")
+
+
+def partition(pairs: list[tuple[str, str, str]], valid_groups, test_groups) -> dict[str, list[tuple[str, str, str]]]:
+  """{split: pairs}: the pairs of `valid_groups`, of `test_groups`, and of every other group (train), in order."""
+  held_out = set(valid_groups) | set(test_groups)
+  return {"train": [p for p in pairs if p[0] not in held_out],
+          "valid": [p for p in pairs if p[0] in valid_groups],
+          "test": [p for p in pairs if p[0] in test_groups]}
+
+
+def subsets(pairs: list[tuple[str, str, str]], train_pairs: int, seed: int, valid_groups=VALID_PACKAGES,
+            test_groups=TEST_PACKAGES) -> dict[str, list[tuple[str, str, str]]]:
+  """{split: pairs}: valid and test from their groups (`HELD_OUT_PAIRS` each, or all of them when they have fewer),
+  train (`train_pairs`, 0 = all) from the other groups; drawn with the seed, kept in corpus order."""
   rng = np.random.default_rng(seed)
-  held_out = set(VALID_PACKAGES) | set(TEST_PACKAGES)
 
   def draw(candidates, count):
     if count > len(candidates):
@@ -54,10 +69,10 @@ def subsets(pairs: list[tuple[str, str, str]], train_pairs: int, seed: int) -> d
     chosen = sorted(rng.choice(len(candidates), size=count, replace=False))
     return [candidates[i] for i in chosen]
 
-  train = [p for p in pairs if p[0] not in held_out]
-  return {"train": draw(train, train_pairs) if train_pairs else train,
-          "valid": draw([p for p in pairs if p[0] in VALID_PACKAGES], HELD_OUT_PAIRS),
-          "test": draw([p for p in pairs if p[0] in TEST_PACKAGES], HELD_OUT_PAIRS)}
+  pools = partition(pairs, valid_groups, test_groups)
+  return {"train": draw(pools["train"], train_pairs) if train_pairs else pools["train"],
+          "valid": draw(pools["valid"], min(HELD_OUT_PAIRS, len(pools["valid"]))),
+          "test": draw(pools["test"], min(HELD_OUT_PAIRS, len(pools["test"])))}
 
 
 def main(argv=None) -> int:

@@ -15,7 +15,7 @@ source is kept once (its first pair, in the order of `PACKAGES`).
 
 Every pair carries its manual (the help folder's name: /usr/share/help/<lang>/<manual>, KDE's
 /usr/share/doc/HTML/<lang>/<manual>). The pairs of
-`VALID_MANUALS` give the valid split and those of `TEST_MANUALS` the test split, `HELD_OUT_PAIRS` of each drawn
+`VALID_MANUALS` give the valid split and those of `TEST_MANUALS` the test split, 1,500 of each drawn
 with the seed; the training split is `--pairs` pairs drawn with the seed from every other manual (0 = all of them).
 `--store` writes every aligned pair, by split pool, to benchmarks/corpora/help_en_de ({split}.{src,tgt,doc}.gz),
 and `--from_stored` cuts the same subsets from that copy without downloading anything; its README.md gives the
@@ -34,7 +34,7 @@ import sys
 import tarfile
 import xml.etree.ElementTree as ET
 
-import numpy as np
+import corpus_subsets  # benchmarks/, beside this script
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 STORED = REPO / "benchmarks" / "corpora" / "help_en_de"
@@ -91,7 +91,6 @@ PACKAGES = {
 }
 VALID_MANUALS = ("evolution",)  # GNOME's mail and calendar client (Mallard): 1.9k pairs.
 TEST_MANUALS = ("orca", "konqueror")  # GNOME's screen reader (Mallard), KDE's web browser (DocBook): 1.6k pairs.
-HELD_OUT_PAIRS = 1500
 MAX_WORDS = 100
 MAX_RATIO = 3.0  # longer / shorter side, in characters, when the longer side has over `RATIO_FROM` characters.
 RATIO_FROM = 20
@@ -339,41 +338,18 @@ def extract(deb: pathlib.Path, target: pathlib.Path) -> None:
 
 
 def subsets(pairs: list[tuple[str, str, str]], train_pairs: int, seed: int) -> dict[str, list[tuple[str, str, str]]]:
-  """{split: pairs}: valid and test from their manuals (`HELD_OUT_PAIRS` each, or all of them when they have
-  fewer), train (`train_pairs`, 0 = all) from the other manuals; drawn with the seed, kept in corpus order."""
-  rng = np.random.default_rng(seed)
-  held_out = set(VALID_MANUALS) | set(TEST_MANUALS)
-
-  def draw(candidates, count):
-    if count > len(candidates):
-      raise SystemExit(f"asked for {count:,} pairs; only {len(candidates):,} are there")
-    chosen = sorted(rng.choice(len(candidates), size=count, replace=False))
-    return [candidates[i] for i in chosen]
-
-  train = [p for p in pairs if p[0] not in held_out]
-  valid = [p for p in pairs if p[0] in VALID_MANUALS]
-  test = [p for p in pairs if p[0] in TEST_MANUALS]
-  return {"train": draw(train, train_pairs) if train_pairs else train,
-          "valid": draw(valid, min(HELD_OUT_PAIRS, len(valid))),
-          "test": draw(test, min(HELD_OUT_PAIRS, len(test)))}
+  """{split: pairs}: valid and test from their manuals, train from the others (`corpus_subsets.subsets`)."""
+  return corpus_subsets.subsets(pairs, train_pairs, seed, VALID_MANUALS, TEST_MANUALS)
 
 
 def pools(pairs: list[tuple[str, str, str]]) -> dict[str, list[tuple[str, str, str]]]:
   """Every pair, by the split its manual feeds: what `--store` keeps (the subsets are drawn from these)."""
-  held_out = set(VALID_MANUALS) | set(TEST_MANUALS)
-  return {"train": [p for p in pairs if p[0] not in held_out],
-          "valid": [p for p in pairs if p[0] in VALID_MANUALS],
-          "test": [p for p in pairs if p[0] in TEST_MANUALS]}
+  return corpus_subsets.partition(pairs, VALID_MANUALS, TEST_MANUALS)
 
 
 def read_stored(folder: pathlib.Path = STORED) -> list[tuple[str, str, str]]:
   """(manual, source, target) of every pair of the stored copy, its train, valid and test pools in order."""
-  pairs = []
-  for split in ("train", "valid", "test"):
-    columns = [gzip.open(folder / f"{split}.{suffix}.gz", "rt", encoding="utf-8").read().split("\n")[:-1]
-               for suffix in ("doc", "src", "tgt")]
-    pairs += list(zip(*columns, strict=True))
-  return pairs
+  return corpus_subsets.read_pairs(folder, "doc")
 
 
 def store(pairs: list[tuple[str, str, str]], folder: pathlib.Path = STORED) -> None:

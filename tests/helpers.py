@@ -40,6 +40,17 @@ SMALL = REPO / "configs" / "small.py"
 # ---------------------------------------------------------------------------------------------- config overrides
 
 
+def import_benchmark(name: str):
+  """The module of the script benchmarks/<name>.py (imported with benchmarks/ on sys.path, which is left as it was)."""
+  import importlib
+
+  sys.path.insert(0, str(REPO / "benchmarks"))
+  try:
+    return importlib.import_module(name)
+  finally:
+    sys.path.remove(str(REPO / "benchmarks"))
+
+
 def tiny_overrides(corpus: pathlib.Path, **extra) -> dict:
   """Config overrides for a model that trains in seconds on `tiny_corpus`."""
   overrides = {

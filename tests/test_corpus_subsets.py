@@ -5,19 +5,14 @@ import pathlib
 
 import pytest
 
+from helpers import import_benchmark
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def subsets_module():
-  import sys
-
-  sys.path.insert(0, str(REPO / "benchmarks"))
-  try:
-    import corpus_subsets
-  finally:
-    sys.path.remove(str(REPO / "benchmarks"))
-  return corpus_subsets
+  return import_benchmark("corpus_subsets")
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,8 @@ import pathlib
 
 import pytest
 
+from helpers import import_benchmark
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 ENGLISH = """<page xmlns="http://projectmallard.org/1.0/" id="bounce">
@@ -47,14 +49,7 @@ GERMAN = """<?xml version="1.0" encoding="utf-8"?>
 
 @pytest.fixture(scope="module")
 def help_corpus():
-  import sys
-
-  sys.path.insert(0, str(REPO / "benchmarks"))
-  try:
-    import help_corpus
-  finally:
-    sys.path.remove(str(REPO / "benchmarks"))
-  return help_corpus
+  return import_benchmark("help_corpus")
 
 
 def test_matching_pages_give_their_blocks_flattened_and_without_code_or_untranslated_ones(help_corpus):
@@ -110,17 +105,14 @@ def test_pairs_too_long_or_of_an_absurd_length_ratio_are_dropped(help_corpus):
   assert not help_corpus.keep("Open the file.", "Open the file.") and not help_corpus.keep("42", "42.")
 
 
-def test_the_subsets_keep_the_valid_and_test_manuals_out_of_train(help_corpus):
+def test_the_subsets_keep_the_valid_and_test_manuals_out_of_train(help_corpus, monkeypatch):
   valid, test = help_corpus.VALID_MANUALS[0], help_corpus.TEST_MANUALS[0]
   pairs = [(manual, f"{manual} source {i}", f"{manual} Ziel {i}")
            for manual, count in (("train-a", 40), (valid, 30), ("train-b", 25), (test, 20)) for i in range(count)]
-  help_corpus.HELD_OUT_PAIRS, saved = 10, help_corpus.HELD_OUT_PAIRS
-  try:
-    splits = help_corpus.subsets(pairs, 50, seed=3)
-    assert splits == help_corpus.subsets(pairs, 50, seed=3) != help_corpus.subsets(pairs, 50, seed=4)
-    everything = help_corpus.subsets(pairs, 0, seed=3)["train"]
-  finally:
-    help_corpus.HELD_OUT_PAIRS = saved
+  monkeypatch.setattr(help_corpus.corpus_subsets, "HELD_OUT_PAIRS", 10)
+  splits = help_corpus.subsets(pairs, 50, seed=3)
+  assert splits == help_corpus.subsets(pairs, 50, seed=3) != help_corpus.subsets(pairs, 50, seed=4)
+  everything = help_corpus.subsets(pairs, 0, seed=3)["train"]
   assert [len(splits[s]) for s in ("train", "valid", "test")] == [50, 10, 10]
   assert {p[0] for p in splits["train"]} == {"train-a", "train-b"}
   assert {p[0] for p in splits["valid"]} == {valid} and {p[0] for p in splits["test"]} == {test}
