@@ -314,8 +314,8 @@ def test_example_sweeps_expand(repo_root, monkeypatch):
   dtypes = sweep.load("configs/sweeps/demo_dtypes.py")  # equal steps, no time budget: only the dtype differs.
   assert [p.name for p in dtypes.points] == ["dtype=float32,seed=0", "dtype=bfloat16,seed=0", "dtype=bfloat16,seed=1"]
   assert dtypes.base == "configs/demo.py"
-  assert all(p.steps == 1487 for p in dtypes.points) and dtypes.fixed == {"train.budget_minutes": 0.0,
-                                                                         "train.steps": 1487}  # the demo's recipe.
+  assert all(p.steps == 1487 for p in dtypes.points) and dtypes.fixed == {  # the demo's recipe and block then.
+      "train.budget_minutes": 0.0, "train.steps": 1487, "model.norm": "post"}
   recipe = sweep.load("configs/sweeps/demo_recipe.py")  # the demo's batch and learning rate, chosen on valid loss.
   assert len(recipe.points) == 10 and recipe.fixed["train.budget_minutes"] == 0.0
   assert {(p.overrides["data.batch_size"], p.steps) for p in recipe.points} == {(64, 750), (32, 1400), (16, 2800)}
@@ -326,8 +326,13 @@ def test_example_sweeps_expand(repo_root, monkeypatch):
   module = config_lib.import_file(repo_root / "configs" / "sweeps" / "demo_corpus_size.py", "sweep", "")
   rows = [module.row_of(p.overrides) for p in sizes.points]
   assert rows[:4] == ["gettext 18k rules", "gettext 18k -vocab", "gettext 18k -dropout", "gettext 18k before"]
-  assert len(set(rows)) == len(rows) == 8 and rows[-1] == "help 18k before"
+  assert len(set(rows)) == len(rows) == 11 and rows[-1] == "gettext 5k pre-LN"
   assert all(p.steps == 1500 for p in sizes.points) and sizes.fixed["train.budget_minutes"] == 0.0
+  assert sizes.fixed["model.norm"] == "post" and sizes.points[-1].overrides["model.norm"] == "pre"
+  slow = sweep.load("configs/sweeps/demo_slow_machine.py")  # the demo's block and schedule at the slowest steps.
+  module = config_lib.import_file(repo_root / "configs" / "sweeps" / "demo_slow_machine.py", "sweep", "")
+  assert [module.row_of(p.overrides) for p in slow.points][:2] == ["the demo (post-LN)", "pre-LN"]
+  assert all(p.steps == 1350 for p in slow.points) and slow.fixed["model.norm"] == "post"
   averaged = sweep.load("configs/sweeps/demo_averaging.py")  # the same steps, with averaging: comparable rows.
   assert {k: v for k, v in averaged.fixed.items() if not k.startswith("train.average_")} == sizes.fixed
   assert [p.overrides["data.path"] for p in averaged.points] == ["runs/corpora/gettext_all"]

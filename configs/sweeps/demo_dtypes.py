@@ -21,6 +21,7 @@ STEPS = 1487  # A plan of configs/demo.py's 15-minute budget on a 2-core AMD EPY
 FIXED = {
     "train.budget_minutes": 0.0,  # Equal steps, not equal minutes (float32 steps are slower).
     "train.steps": STEPS,
+    "model.norm": "post",  # The block the rows measured (configs/demo.py's then).
 }
 SLURM = {"nodes": 1, "gpus_per_node": 1, "time": "01:00:00"}
 

@@ -11,7 +11,8 @@ The valid losses are per token of different vocabularies (a 4k token is shorter)
 """
 
 BASE = "configs/demo.py"
-FIXED = {"model.dropout_rate": 0.1}  # The demo's dropout before its rules: only the vocabulary differs.
+# The demo's dropout before its rules and its block then (post-norm): only the vocabulary differs.
+FIXED = {"model.dropout_rate": 0.1, "model.norm": "post"}
 SLURM = {"nodes": 1, "gpus_per_node": 1, "time": "01:00:00"}
 
 
