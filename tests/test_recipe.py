@@ -155,5 +155,16 @@ def test_the_lm_demo_states_its_rules_and_the_translation_demo_its_measured_valu
   assert {rule.key for rule in parse_rules(lm.train.recipe, KEYS)} == {"model.vocab_size", "model.dropout_rate"}
   for name in ("demo.py", "own_corpus.py"):  # rules for these lost to them (configs/sweeps/demo_corpus_size.py).
     config = config_lib.load(SMALL.parent / name)
-    assert not config.train.recipe and (config.model.vocab_size, config.model.dropout_rate) == (8000, 0.1)
-    assert config.train.budget_minutes > 0 and not config.train.average_checkpoints
+    rules = parse_rules(config.train.recipe, KEYS)  # one bracket each: the values, chosen from any corpus.
+    assert {(rule.key, rule.brackets) for rule in rules} == {("model.vocab_size", ((None, 8000),)),
+                                                            ("model.dropout_rate", ((None, 0.1),))}
+    assert config.model.norm == "pre" and config.train.budget_minutes > 0 and not config.train.average_checkpoints
+
+
+def test_the_demo_prints_what_its_recipe_measured_and_chose(tiny_corpus, capsys):
+  demo = config_lib.load(SMALL.parent / "demo.py", {"data.path": str(tiny_corpus)})
+  adapted = recipe.adapt(demo, fixed={"data.path": str(tiny_corpus)})
+  line = capsys.readouterr().out.strip()
+  assert line.startswith("recipe: 400 pairs, ") and "s each, estimated)" in line and " passes -> " in line
+  assert line.endswith("model.vocab_size 8000 (any examples), model.dropout_rate 0.1 (any passes)")
+  assert (adapted.model.vocab_size, adapted.model.dropout_rate) == (8000, 0.1)
