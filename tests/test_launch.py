@@ -326,7 +326,7 @@ def test_example_sweeps_expand(repo_root, monkeypatch):
   module = config_lib.import_file(repo_root / "configs" / "sweeps" / "demo_corpus_size.py", "sweep", "")
   rows = [module.row_of(p.overrides) for p in sizes.points]
   assert rows[:4] == ["gettext 18k rules", "gettext 18k -vocab", "gettext 18k -dropout", "gettext 18k before"]
-  assert len(set(rows)) == len(rows) == 11 and rows[-1] == "gettext 5k pre-LN"
+  assert len(set(rows)) == len(rows) == 12 and rows[-1] == "help 18k modern"
   assert all(p.steps == 1500 for p in sizes.points) and sizes.fixed["train.budget_minutes"] == 0.0
   assert sizes.fixed["model.norm"] == "post" and sizes.points[-1].overrides["model.norm"] == "pre"
   slow = sweep.load("configs/sweeps/demo_slow_machine.py")  # the demo's block and schedule at the slowest steps.
