@@ -1,5 +1,5 @@
-"""Translation on your own corpus: configs/demo.py's model, schedule and 15-minute budget on the folder `data.path`
-names.
+"""Translation on your own corpus: configs/demo.py's model (its modern block), schedule and 15-minute budget on the
+folder `data.path` names.
 
     jformer train --config=configs/own_corpus.py --config.data.path=DIR --workdir=runs/mine
 

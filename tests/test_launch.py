@@ -293,6 +293,9 @@ def test_example_sweeps_expand(repo_root, monkeypatch):
   from jformer import attention, config as config_lib
 
   monkeypatch.chdir(repo_root)
+  post_ln_demo = {"model.norm": "post", "model.normalization": "layernorm", "model.activation": "relu",
+                  "model.d_ff": 1024, "model.qk_norm": False, "model.use_bias": True, "optimizer.warmup_steps": 600,
+                  "optimizer.grad_clip_norm": 0.0}  # configs/demo.py before demo_slow_machine: the sweeps' pins.
   variants = sweep.load("configs/sweeps/attention_variants.py")
   usable = [name for name in attention.available() if "decode" in attention.get(name).supports]
   assert [p.overrides["model.attention"] for p in variants.points] == usable and "splash" not in usable
@@ -315,7 +318,7 @@ def test_example_sweeps_expand(repo_root, monkeypatch):
   assert [p.name for p in dtypes.points] == ["dtype=float32,seed=0", "dtype=bfloat16,seed=0", "dtype=bfloat16,seed=1"]
   assert dtypes.base == "configs/demo.py"
   assert all(p.steps == 1487 for p in dtypes.points) and dtypes.fixed == {  # the demo's recipe and block then.
-      "train.budget_minutes": 0.0, "train.steps": 1487, "model.norm": "post"}
+      "train.budget_minutes": 0.0, "train.steps": 1487, **post_ln_demo}
   recipe = sweep.load("configs/sweeps/demo_recipe.py")  # the demo's batch and learning rate, chosen on valid loss.
   assert len(recipe.points) == 10 and recipe.fixed["train.budget_minutes"] == 0.0
   assert {(p.overrides["data.batch_size"], p.steps) for p in recipe.points} == {(64, 750), (32, 1400), (16, 2800)}
@@ -328,11 +331,12 @@ def test_example_sweeps_expand(repo_root, monkeypatch):
   assert rows[:4] == ["gettext 18k rules", "gettext 18k -vocab", "gettext 18k -dropout", "gettext 18k before"]
   assert len(set(rows)) == len(rows) == 12 and rows[-1] == "help 18k modern"
   assert all(p.steps == 1500 for p in sizes.points) and sizes.fixed["train.budget_minutes"] == 0.0
-  assert sizes.fixed["model.norm"] == "post" and sizes.points[-1].overrides["model.norm"] == "pre"
+  assert {k: sizes.fixed[k] for k in post_ln_demo} == post_ln_demo and sizes.points[-1].overrides["model.norm"] == "pre"
   slow = sweep.load("configs/sweeps/demo_slow_machine.py")  # the demo's block and schedule at the slowest steps.
   module = config_lib.import_file(repo_root / "configs" / "sweeps" / "demo_slow_machine.py", "sweep", "")
   assert [module.row_of(p.overrides) for p in slow.points][:2] == ["the demo (post-LN)", "pre-LN"]
-  assert all(p.steps == 1350 for p in slow.points) and slow.fixed["model.norm"] == "post"
+  assert all(p.steps == 1350 for p in slow.points) and {k: slow.fixed[k] for k in post_ln_demo} == post_ln_demo
+  assert config_lib.load(repo_root / "configs" / "demo.py").model.norm == "pre"  # the pins differ from the demo now.
   averaged = sweep.load("configs/sweeps/demo_averaging.py")  # the same steps, with averaging: comparable rows.
   assert {k: v for k, v in averaged.fixed.items() if not k.startswith("train.average_")} == sizes.fixed
   assert [p.overrides["data.path"] for p in averaged.points] == ["runs/corpora/gettext_all"]

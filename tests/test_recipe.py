@@ -158,7 +158,10 @@ def test_the_lm_demo_states_its_rules_and_the_translation_demo_its_measured_valu
     rules = parse_rules(config.train.recipe, KEYS)  # one bracket each: the values, chosen from any corpus.
     assert {(rule.key, rule.brackets) for rule in rules} == {("model.vocab_size", ((None, 8000),)),
                                                             ("model.dropout_rate", ((None, 0.1),))}
-    assert config.model.norm == "pre" and config.train.budget_minutes > 0 and not config.train.average_checkpoints
+    model = config.model  # the modern block (configs/sweeps/demo_slow_machine.py).
+    assert (model.norm, model.normalization, model.activation, model.qk_norm, model.use_bias) == (
+        "pre", "rmsnorm", "swiglu", True, False)
+    assert config.train.budget_minutes > 0 and not config.train.average_checkpoints
 
 
 def test_the_demo_prints_what_its_recipe_measured_and_chose(tiny_corpus, capsys):

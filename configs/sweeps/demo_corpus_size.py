@@ -40,9 +40,10 @@ MEASURED_RULES = (
     ("model.dropout_rate", "passes", ((5, 0.1), (10, 0.2), (None, 0.3))),
 )
 BASE = "configs/demo.py"
-# The block these rows measured (the paper's post-norm), pinned likewise; the "pre-LN" rows set their own.
+# The block and schedule these rows measured (the paper's post-norm block), pinned likewise; the "pre-LN" and
+# "modern" rows set their own.
 FIXED = {"train.budget_minutes": 0.0, "train.steps": STEPS, "train.eval_every": 500, "train.recipe": MEASURED_RULES,
-         "model.norm": "post"}
+         **SLOW.POST_LN_DEMO}
 SLURM = {"nodes": 1, "gpus_per_node": 1, "time": "00:30:00"}
 REPORT_KEYS = ("model.vocab_size", "model.dropout_rate")  # What each run used: the rules' choice or the point's.
 # (corpus, recipe name, the ruled keys it sets): "rules" sets none; "-vocab" and "-dropout" put one rule's key back

@@ -14,14 +14,19 @@ steps as `train.steps` set to its plan (tests/test_train_budget.py), so a demo r
 `dtype=bfloat16,seed=0` point's run too.
 """
 
-from launch import sweep
+import pathlib
+
+from jformer import config as config_lib
+
+SLOW_MACHINE = pathlib.Path(__file__).with_name("demo_slow_machine.py")
+POST_LN_DEMO = config_lib.import_file(SLOW_MACHINE, "sweep", "").POST_LN_DEMO  # The demo's block then.
 
 BASE = "configs/demo.py"
 STEPS = 1487  # A plan of configs/demo.py's 15-minute budget on a 2-core AMD EPYC with AVX512_BF16.
 FIXED = {
     "train.budget_minutes": 0.0,  # Equal steps, not equal minutes (float32 steps are slower).
     "train.steps": STEPS,
-    "model.norm": "post",  # The block the rows measured (configs/demo.py's then).
+    **POST_LN_DEMO,  # The block and schedule the rows measured (configs/demo.py's then).
 }
 SLURM = {"nodes": 1, "gpus_per_node": 1, "time": "01:00:00"}
 

@@ -9,10 +9,15 @@ Points that reach their peak learning rate fast stall for hundreds of steps (pos
 for this); the chosen point is configs/demo.py's.
 """
 
-from launch import sweep
+import pathlib
+
+from jformer import config as config_lib
+
+SLOW_MACHINE = pathlib.Path(__file__).with_name("demo_slow_machine.py")
+POST_LN_DEMO = config_lib.import_file(SLOW_MACHINE, "sweep", "").POST_LN_DEMO  # The demo's block then.
 
 BASE = "configs/demo.py"
-FIXED = {"train.budget_minutes": 0.0, "train.eval_every": 200, "model.norm": "post"}  # The block measured then.
+FIXED = {"train.budget_minutes": 0.0, "train.eval_every": 200, **POST_LN_DEMO}  # The block measured then.
 SLURM = {"nodes": 1, "gpus_per_node": 1, "time": "01:00:00"}
 STEPS = {64: 750, 32: 1400, 16: 2800}  # Steps that 15 minutes buy per batch size on a 2-core AVX-512 CPU.
 POINTS = (  # (rows per step, warm-up steps, learning-rate scale, cool-down fraction)

@@ -10,9 +10,16 @@ behind the demo's 8000 pieces (configs/demo.py).
 The valid losses are per token of different vocabularies (a 4k token is shorter), so compare BLEU, not losses.
 """
 
+import pathlib
+
+from jformer import config as config_lib
+
+SLOW_MACHINE = pathlib.Path(__file__).with_name("demo_slow_machine.py")
+POST_LN_DEMO = config_lib.import_file(SLOW_MACHINE, "sweep", "").POST_LN_DEMO  # The demo's block then.
+
 BASE = "configs/demo.py"
 # The demo's dropout before its rules and its block then (post-norm): only the vocabulary differs.
-FIXED = {"model.dropout_rate": 0.1, "model.norm": "post"}
+FIXED = {"model.dropout_rate": 0.1, **POST_LN_DEMO}
 SLURM = {"nodes": 1, "gpus_per_node": 1, "time": "01:00:00"}
 
 
