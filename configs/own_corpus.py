@@ -6,9 +6,10 @@ folder `data.path` names.
 DIR holds aligned {train,valid,test}.{src,tgt}[.gz] files, one sentence per line, line i of .tgt translating line
 i of .src (valid is evaluated during training, test is decoded for BLEU at the end). The vocabulary (8000 pieces)
 and dropout (0.1) are the demo's whatever the corpus size: choosing them from the corpus lost to these values on
-corpora of 5k to 18k pairs in two domains (configs/demo.py says where). Any key can be set on the command line
-(`--config.model.dropout_rate=0.2`), and the budget changed with `--config.train.budget_minutes=M`; a rule of your
-own (`--config.train.recipe=...`, jformer/config/recipe.py) prints what it measured and chose at start-up.
+corpora of 5k to 18k pairs in two domains (configs/demo.py says where); the start-up line prints your corpus's
+pairs and tokens and the steps and passes the budget buys beside them. Any key can be set on the command line
+(`--config.model.dropout_rate=0.2`), and the budget changed with `--config.train.budget_minutes=M`; rules of your
+own (`--config.train.recipe=...`, jformer/config/recipe.py) replace the demo's.
 """
 
 import pathlib
