@@ -16,8 +16,7 @@ buy on the slowest machines recorded it raised valid BLEU from 20.54 (the paper'
 (pre-LayerNorm alone) to 28.20 (configs/sweeps/demo_slow_machine.py). On 18k-pair corpora of two domains it was
 not chosen on, it tied pre-LayerNorm (valid BLEU 16.69 and 13.30 against 16.98 and 13.38) and beat the paper's block
 (16.21 and 11.85), though its valid loss rose over the last third there (configs/sweeps/demo_corpus_size.py;
-docs/results/sweeps.md).
-configs/transformer_base.py keeps the paper's block.
+docs/results/sweeps.md). configs/transformer_base.py keeps the paper's block.
 
 The batch was chosen on the valid loss at equal steps with the post-norm block (configs/sweeps/demo_recipe.py):
 32 rows per step (a CPU's tokens/s hold at half the rows, so twice the updates).
