@@ -14,12 +14,11 @@ are empty, untranslated (German = English), longer than `MAX_WORDS` words or of 
 source is kept once (its first pair, in the order of `PACKAGES`).
 
 Every pair carries its manual (the help folder's name: /usr/share/help/<lang>/<manual>, KDE's
-/usr/share/doc/HTML/<lang>/<manual>). The pairs of
-`VALID_MANUALS` give the valid split and those of `TEST_MANUALS` the test split, 1,500 of each drawn
-with the seed; the training split is `--pairs` pairs drawn with the seed from every other manual (0 = all of them).
-`--store` writes every aligned pair, by split pool, to benchmarks/corpora/help_en_de ({split}.{src,tgt,doc}.gz),
-and `--from_stored` cuts the same subsets from that copy without downloading anything; its README.md gives the
-provenance, the licences (per package) and the counts.
+/usr/share/doc/HTML/<lang>/<manual>). The pairs of `VALID_MANUALS` give the valid split and those of `TEST_MANUALS`
+the test split, `corpus_subsets.HELD_OUT_PAIRS` of each drawn with the seed; the training split is `--pairs` pairs
+drawn with the seed from every other manual (0 = all of them). `--store` writes every aligned pair, by split pool,
+to benchmarks/corpora/help_en_de ({split}.{src,tgt,doc}.gz), and `--from_stored` cuts the same subsets from that
+copy without downloading anything; its README.md gives the provenance, the licences (per package) and the counts.
 """
 
 from __future__ import annotations

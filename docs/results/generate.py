@@ -636,7 +636,8 @@ PAGES = (
          "BLEU", DEMO_INTRO, demo_section, timed=False),
     Page("sweeps.md", "Research sweeps", "sweep", "the similarity function (paper Sec. 3.2.1); MQAR recall "
          "against width (Zoology); length extrapolation of the positional encodings; the block ablation; the "
-         "demo's dtype, vocabulary, recipe rules against corpus size, and checkpoint averaging", SWEEP_INTRO,
+         "demo's dtype, vocabulary, block at the slowest machines' steps, recipe rules and block against corpus size, "
+         "and checkpoint averaging", SWEEP_INTRO,
          sweep_section, timed=False),
     Page("gpu_tests.md", "The tests on a GPU", "test_run", "a subset of the test suite on an NVIDIA H200: "
          "passed, failed and skipped per file", TEST_RUN_INTRO, test_run_section, timed=False),
