@@ -189,9 +189,19 @@ CAPTIONS = {
     "profile_step.json": "After issue 29's changes (the current code); compare `profile_step_before_29.json`.",
     "profile_step_before_29.json": "Before issue 29's changes (4a2669f), traced in the same session as "
                                    "`profile_step.json`, the one after the other.",
+    "profile_step_zen5.json": "The TINY step at b6ecba2 on the machine of `peers_zen5.json` (AMD EPYC, CPU family "
+                              "26, Zen 5), traced in the same session as that table.",
+    "profile_step_base_zen5.json": "The BASE bfloat16 step on the same machine and commit as "
+                                   "`profile_step_zen5.json`: the matmul kinds alone take about 600 ms, while 1.5x "
+                                   "torch's bfloat16 autocast step in `peers_zen5.json` (1,072 ms) would be 715 ms.",
     "peers.json": "After issue 29's changes (measured at 3763416); the record before them is `peers_before_29.json`.",
     "peers_before_29.json": "Before issue 29's changes to the train step (ce0eae5), for comparison: another session, "
                             "so compare each row's ratio to torch rather than its tokens/s.",
+    "peers_zen5.json": "The same command on another machine of the project's kind, at b6ecba2 (the train step as "
+                       "`peers.json` measured it, dropout's scaling rounded once since): an AMD EPYC of CPU family 26 "
+                       "(Zen 5, by `lscpu`; its flags add avx512_vp2intersect and avx_vnni), whose XLA float32 "
+                       "2048^3 matmul runs at about twice torch's. Compare the ratios, not the tokens/s, with "
+                       "`peers.json`.",
     "attention_window.json": "A sliding window as data: `local` with a window of 128 (run by `auto` on CPU as "
                              "`chunked` with `window=(127, 127)`, skipping the blocks outside it) against `chunked` "
                              "without a window and the dense reference, causal, at 2,048 and 8,192 tokens.",
