@@ -104,3 +104,15 @@ def test_evaluate_an_lm_run_at_other_lengths(lm_run, repo_root, capsys):
   assert result.stdout.startswith("test at 32 tokens (auto checkpoint): loss ")
   with pytest.raises(SystemExit, match=r"data.pack='stream' \(the run has 'documents'\)"):
     main.main(["evaluate", f"--workdir={workdir}", "--config.data.pack=stream"])
+
+
+def test_an_lm_run_under_pmap_ends_with_the_test_of_one_device(text_corpus, tmp_path):
+  """The final test (bits per byte at each context length) runs the pmapped eval step on the final parameters laid
+  out one copy per device, and scores what one device scores; no dropout, so both runs train alike."""
+  same = {"model.dropout_rate": 0.0, "train.steps": 3, "train.eval_every": 3, "train.checkpoint_every": 3}
+  one = train_and_evaluate(lm_config(text_corpus, **same), str(tmp_path / "one"))
+  replicated = train_and_evaluate(lm_config(text_corpus, **same, **{"parallel.mode": "pmap"}), str(tmp_path / "pmap"))
+  assert jax.local_device_count() == 8 and replicated["finished"]
+  assert replicated["test_bits_per_byte"] == pytest.approx(one["test_bits_per_byte"], abs=1e-4)
+  for length, value in one["test_bits_per_byte_at"].items():
+    assert replicated["test_bits_per_byte_at"][length] == pytest.approx(value, abs=1e-4), length

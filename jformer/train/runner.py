@@ -227,6 +227,16 @@ def _first_replica(tree):
 RUNNERS = {runner.mode: runner for runner in (MeshRunner, PmapRunner)}
 
 
+def eval_step_for_host_params(runner, params):
+  """`runner.eval_step` for code that is handed host parameters (`host_params`, or averaged ones): a task's final
+  test decodes with `params` and scores with this. `params` are laid out for the devices once (`device_params`:
+  one copy per device under pmap, the state's shardings on a mesh); other host parameters passed to it are laid
+  out at that call."""
+  placed = runner.device_params(params)
+  return lambda given, local_batch: runner.eval_step(placed if given is params else runner.device_params(given),
+                                                     local_batch)
+
+
 def placement(parallel_config) -> axes.Placement | None:
   """The mesh the model is built with (`tasks.build_model(config, mesh=...)`): `parallel.mode='mesh'`'s, over the
   configured axes; None under pmap (each device runs the whole step on its own rows)."""
