@@ -5,7 +5,9 @@ unreachable (its logit is -1e9 at every step, so every row and beam runs all 63 
 as the 63rd token). One jitted function per method (encoder + cache + search loop); output tokens = batch x 63.
 Uses jformer's own decoders (`jformer/decode/`), the same calls `translate_ids` makes.
 
-Float32 and bfloat16 (`model.dtype`; parameters float32) side by side.
+Float32 and bfloat16 (`model.dtype`; parameters float32) side by side. With `--flax-example`, each row is followed
+by the Flax WMT example's decoding of the same shape, batch and steps (`benchmarks/flax_wmt_example.py`: its own
+models.py and decode.py, from flax's source release; its beam search with one beam as greedy), in the same process.
 
 Then what each attention variant keeps between decode steps (`jformer.attention.decode_state`), against the
 generated length: the LM demo's model (decoder-only, d_model 256, 4 layers, 4 heads, rotary positions, float32,
@@ -15,6 +17,7 @@ one decode step there (one token fed with `jformer.decode.generator.feed`, the p
 recurrent state (neither grows).
 
     python benchmarks/decode.py [--reps=5] [--dtypes=float32,bfloat16] [--lengths=256,...,4096] [--json=decode.json]
+    python benchmarks/decode.py --flax-example --lengths= --json=benchmarks/results/decode_flax_example.json
 """
 
 from __future__ import annotations
@@ -61,6 +64,17 @@ def decode_function(model, method: str):
   return decode
 
 
+def table(rows: list[dict]) -> str:
+  """The rows as the markdown table the script prints and docs/results/decode.md shows."""
+  return common.markdown_table(
+      ["dtype", "framework", "method", "ms per call median (min-max)", "output tokens", "tokens/s", "ms per step",
+       "jformer / flax example", "disturbed reps"],
+      [[r["dtype"], r.get("framework", "jformer"), r["method"],
+        f"{r['decode_ms']['median']} ({r['decode_ms']['min']}-{r['decode_ms']['max']})", r["output_tokens"],
+        f"{r['tokens_per_s']:,}", r["ms_per_step"], f"{r['vs_flax_example']}x" if "vs_flax_example" in r else "-",
+        f"{r['decode_ms']['disturbed']}/{r['decode_ms']['reps']}"] for r in rows])
+
+
 def random_inputs(vocab: int):
   """Source ids `[BATCH, SOURCE_LENGTH]`, random in [1, vocab) (seed 0)."""
   import jax
@@ -81,9 +95,31 @@ def measure(model, params, inputs, method: str, reps: int) -> dict:
   # Every row ran all steps: EOS only as the forced last token.
   assert ids.shape == (BATCH, STEPS) and (ids[:, :-1] != decode_common.EOS_ID).all() and (
       ids[:, :-1] != 0).all(), ids
-  timing = common.time_repeated(lambda: compiled(params, inputs), reps)
+  return timed_row("jformer", method, lambda: compiled(params, inputs), reps)
+
+
+def measure_flax_example(modules, dtype: str, inputs, method: str, reps: int) -> dict:
+  """The Flax WMT example's decoding of the TINY shape (`flax_wmt_example.decode_function`): beam search with BEAM
+  beams, or with one (its greedy); checks it produced STEPS tokens per row, none of them EOS."""
+  import jax
+  import numpy as np
+
+  import flax_wmt_example
+  from jformer.decode import common as decode_common
+
+  run, params = flax_wmt_example.decode_function(modules, common.TINY, dtype, inputs, STEPS,
+                                                 BEAM if method == "beam" else 1, ALPHA, decode_common.EOS_ID)
+  compiled = jax.jit(run).lower(params, inputs).compile()
+  ids = np.asarray(compiled(params, inputs))
+  assert ids.shape == (BATCH, STEPS) and (ids != decode_common.EOS_ID).all(), ids
+  return timed_row("flax WMT example", method, lambda: compiled(params, inputs), reps)
+
+
+def timed_row(framework: str, method: str, call, reps: int) -> dict:
+  """A row of the table: `call` (one decoding of the batch) timed `reps` times."""
+  timing = common.time_repeated(call, reps)
   tokens = BATCH * STEPS
-  return {"method": f"beam {BEAM}, alpha {ALPHA}" if method == "beam" else "greedy",
+  return {"framework": framework, "method": f"beam {BEAM}, alpha {ALPHA}" if method == "beam" else "greedy",
           "decode_ms": timing.summary(1e3, 1), "output_tokens": tokens, "tokens_per_s": round(tokens / timing.median),
           "ms_per_step": round(1e3 * timing.median / STEPS, 2)}
 
@@ -137,6 +173,9 @@ def main(argv=None):
   common.add_dtypes_argument(parser)
   parser.add_argument("--lengths", default=",".join(map(str, LENGTHS)), help="generated lengths of the "
                       "decode-state table ('' = skip it)")
+  parser.add_argument("--flax-example", action="store_true", help="also decode with the Flax WMT example "
+                      "(benchmarks/flax_wmt_example.py; fetches flax's source release with pip once)")
+  parser.add_argument("--flax-sdist", default=None, help="flax-<version>.tar.gz to read the example from instead")
   args = parser.parse_args(argv)
   common.check_reps(parser, args)
   dtypes = common.dtypes(parser, args)
@@ -147,20 +186,25 @@ def main(argv=None):
 
   machine = common.announce()
   inputs = random_inputs(common.TINY.vocab)
+  example = None
+  if args.flax_example:
+    import flax_wmt_example
+
+    example = flax_wmt_example.load(args.flax_sdist)
   rows = []
   for dtype in dtypes:
     model = Transformer(common.TINY.model_config(dtype=jax.numpy.dtype(dtype)))
     params = jax.jit(model.init)(jax.random.PRNGKey(0), inputs, inputs[:, :1])["params"]
     for method in ("beam", "greedy"):
-      rows.append({"dtype": dtype, **measure(model, params, inputs, method, args.reps)})
-      print(f"{dtype} {rows[-1]['method']}: {rows[-1]['tokens_per_s']} tokens/s, disturbed reps "
-            f"{rows[-1]['decode_ms']['disturbed']}", flush=True)
-  print(common.markdown_table(
-      ["dtype", "method", "ms per call median (min-max)", "output tokens", "tokens/s", "ms per step",
-       "disturbed reps"],
-      [[r["dtype"], r["method"], f"{r['decode_ms']['median']} ({r['decode_ms']['min']}-{r['decode_ms']['max']})",
-        r["output_tokens"], f"{r['tokens_per_s']:,}", r["ms_per_step"],
-        f"{r['decode_ms']['disturbed']}/{r['decode_ms']['reps']}"] for r in rows]))
+      measured = [measure(model, params, inputs, method, args.reps)]
+      if example is not None:
+        measured.append(measure_flax_example(example, dtype, inputs, method, args.reps))
+        measured[0]["vs_flax_example"] = round(measured[0]["tokens_per_s"] / measured[1]["tokens_per_s"], 2)
+      for row in measured:
+        rows.append({"dtype": dtype, **row})
+        print(f"{dtype} {row['framework']} {row['method']}: {row['tokens_per_s']} tokens/s, disturbed reps "
+              f"{row['decode_ms']['disturbed']}", flush=True)
+  print(table(rows))
   states = state_rows([int(n) for n in args.lengths.split(",")], args.reps) if args.lengths else []
   if states:
     print(common.markdown_table(
@@ -168,9 +212,16 @@ def main(argv=None):
         [[r["variant"], r["length"], r["cache_mib"],
           f"{r['step_ms']['median']} ({r['step_ms']['min']}-{r['step_ms']['max']})",
           f"{r['step_ms']['disturbed']}/{r['step_ms']['reps']}"] for r in states]))
+  extra = {"flax_example": f"examples/wmt of flax {flax_version()}'s source release"} if example else {}
   common.write_json(args.json, {"benchmark": "decode", "machine": machine, "shape": "TINY", "batch": BATCH,
                                 "source_length": SOURCE_LENGTH, "steps": STEPS, "rows": rows,
-                                "state_rows": states})
+                                "state_rows": states, **extra})
+
+
+def flax_version() -> str:
+  import flax
+
+  return flax.__version__
 
 
 if __name__ == "__main__":

@@ -202,6 +202,11 @@ CAPTIONS = {
                        "(Zen 5, by `lscpu`; its flags add avx512_vp2intersect and avx_vnni), whose XLA float32 "
                        "2048^3 matmul runs at about twice torch's. Compare the ratios, not the tokens/s, with "
                        "`peers.json`.",
+    "decode_flax_example.json": "Beside the Flax WMT example (`--flax-example`): its own models.py and decode.py "
+                                "from flax 0.12.8's source release, the TINY shape in its TransformerConfig (shared, "
+                                "tied embeddings, no dropout), its `predict_step` as its train.py writes it; "
+                                "`greedy` is its beam search with one beam (it has no other). Each jformer row is "
+                                "timed just before the example's row of the same dtype and method.",
     "attention_window.json": "A sliding window as data: `local` with a window of 128 (run by `auto` on CPU as "
                              "`chunked` with `window=(127, 127)`, skipping the blocks outside it) against `chunked` "
                              "without a window and the dense reference, causal, at 2,048 and 8,192 tokens.",
@@ -211,11 +216,15 @@ CAPTIONS = {
 def decode_section(path: str, data: dict) -> str:
   shape = (f"{data['shape']} model, batch {data['batch']}, source length {data['source_length']}, {data['steps']} "
            "decode steps.")
-  body = table(["dtype", "method", "ms per call median (min-max)", "output tokens", "output tokens/s",
-                "ms per step", "disturbed reps"],
-               [[r["dtype"], r["method"], timing(r["decode_ms"], 1), count(r["output_tokens"]),
-                 count(r["tokens_per_s"]), fixed(r["ms_per_step"], 2), disturbed(r["decode_ms"])]
-                for r in data["rows"]], "llrrrrr")
+  peers = any("framework" in r for r in data["rows"])  # rows of `--flax-example`: the framework and the ratio.
+  body = table(["dtype"] + ["framework"] * peers + ["method", "ms per call median (min-max)", "output tokens",
+                                                    "output tokens/s", "ms per step"]
+               + ["jformer / flax example"] * peers + ["disturbed reps"],
+               [[r["dtype"]] + [r.get("framework")] * peers
+                + [r["method"], timing(r["decode_ms"], 1), count(r["output_tokens"]), count(r["tokens_per_s"]),
+                   fixed(r["ms_per_step"], 2)]
+                + [f"{r['vs_flax_example']:.2f}x" if "vs_flax_example" in r else "-"] * peers
+                + [disturbed(r["decode_ms"])] for r in data["rows"]], "l" + "l" * peers + "lrrrr" + "r" * peers + "r")
   states = data.get("state_rows")
   if not states:
     return paragraphs(provenance(path, data), shape, body)
