@@ -263,3 +263,15 @@ def test_greedy_pads_after_eos_and_stops():
   out = run_greedy(model)
   for b in range(model.batch):
     assert unpad(out[b]) == model.np_greedy(b)[0]
+
+
+def test_greedy_picks_the_argmax_the_lowest_id_on_ties_and_the_first_nan():
+  from jformer.decode.greedy import argmax_picker
+
+  logits = jax.random.normal(jax.random.PRNGKey(3), (16, 1000))
+  picked = argmax_picker(logits, jnp.int32(0))
+  assert picked.dtype == jnp.int32
+  np.testing.assert_array_equal(picked, np.argmax(np.asarray(logits), axis=-1))
+  tied = jnp.zeros((3, 7)).at[0, 2].set(1.0).at[0, 5].set(1.0).at[1, 6].set(jnp.nan).at[1, 4].set(jnp.nan)
+  np.testing.assert_array_equal(argmax_picker(tied, jnp.int32(0)), [2, 4, 0])
+  np.testing.assert_array_equal(argmax_picker(tied, jnp.int32(0)), jnp.argmax(tied, axis=-1))

@@ -10,9 +10,14 @@ from jformer.ops.tokens import EOS_ID
 
 
 def argmax_picker(logits: jax.Array, step: jax.Array) -> jax.Array:
-  """The token picker of greedy search: the arg-max of each row's logits (the lowest id on ties)."""
+  """The token picker of greedy search: the arg-max of each row's logits `[B, V]` -> `[B]` (the lowest id on ties;
+  the first NaN where a row has one, as `jnp.argmax`). Computed as two plain reductions, the row maximum and the
+  lowest id holding it: XLA:CPU runs `jnp.argmax`'s (value, index) reduction about 3x slower, a tenth of a greedy
+  step at the TINY shape."""
   del step
-  return jnp.argmax(logits, axis=-1)
+  hit = (logits == jnp.max(logits, axis=-1, keepdims=True)) | jnp.isnan(logits)
+  vocab = logits.shape[-1]
+  return jnp.min(jnp.where(hit, jnp.arange(vocab, dtype=jnp.int32), vocab), axis=-1)
 
 
 def greedy_search(
