@@ -7,7 +7,8 @@ Uses jformer's own decoders (`jformer/decode/`), the same calls `translate_ids` 
 
 Float32 and bfloat16 (`model.dtype`; parameters float32) side by side. With `--flax-example`, each row is followed
 by the Flax WMT example's decoding of the same shape, batch and steps (`benchmarks/flax_wmt_example.py`: its own
-models.py and decode.py, from flax's source release; its beam search with one beam as greedy), in the same process.
+models.py and decode.py, from flax's source release; its beam search with one beam as greedy), the two timed in
+turns in the same process.
 
 Then what each attention variant keeps between decode steps (`jformer.attention.decode_state`), against the
 generated length: the LM demo's model (decoder-only, d_model 256, 4 layers, 4 heads, rotary positions, float32,
@@ -83,8 +84,9 @@ def random_inputs(vocab: int):
   return jax.numpy.asarray(np.random.default_rng(0).integers(1, vocab, (BATCH, SOURCE_LENGTH), dtype=np.int32))
 
 
-def measure(model, params, inputs, method: str, reps: int) -> dict:
-  """Compiles and times one decoding `method` ("beam" or "greedy"); checks every row ran all STEPS steps."""
+def jformer_call(model, params, inputs, method: str):
+  """`call()`: one decoding of the batch by jformer's `method` ("beam" or "greedy"), compiled; checks every row
+  ran all STEPS steps."""
   import jax
   import numpy as np
 
@@ -95,12 +97,13 @@ def measure(model, params, inputs, method: str, reps: int) -> dict:
   # Every row ran all steps: EOS only as the forced last token.
   assert ids.shape == (BATCH, STEPS) and (ids[:, :-1] != decode_common.EOS_ID).all() and (
       ids[:, :-1] != 0).all(), ids
-  return timed_row("jformer", method, lambda: compiled(params, inputs), reps)
+  return lambda: compiled(params, inputs)
 
 
-def measure_flax_example(modules, dtype: str, inputs, method: str, reps: int) -> dict:
-  """The Flax WMT example's decoding of the TINY shape (`flax_wmt_example.decode_function`): beam search with BEAM
-  beams, or with one (its greedy); checks it produced STEPS tokens per row, none of them EOS."""
+def flax_example_call(modules, dtype: str, inputs, method: str):
+  """`call()`: one decoding of the batch by the Flax WMT example (`flax_wmt_example.decode_function`, TINY shape):
+  beam search with BEAM beams, or with one (its greedy), compiled; checks it produced STEPS tokens per row, none of
+  them EOS."""
   import jax
   import numpy as np
 
@@ -112,12 +115,26 @@ def measure_flax_example(modules, dtype: str, inputs, method: str, reps: int) ->
   compiled = jax.jit(run).lower(params, inputs).compile()
   ids = np.asarray(compiled(params, inputs))
   assert ids.shape == (BATCH, STEPS) and (ids != decode_common.EOS_ID).all(), ids
-  return timed_row("flax WMT example", method, lambda: compiled(params, inputs), reps)
+  return lambda: compiled(params, inputs)
 
 
-def timed_row(framework: str, method: str, call, reps: int) -> dict:
-  """A row of the table: `call` (one decoding of the batch) timed `reps` times."""
-  timing = common.time_repeated(call, reps)
+def measure(model, params, inputs, method: str, reps: int, example=None) -> list[dict]:
+  """Rows of jformer's `method`, and with `example` (the Flax WMT example's modules) the example's row beside it:
+  the two decodings timed in turns (jformer, example, jformer, ...), so both see the machine's same minutes."""
+  import jax
+
+  mine = jformer_call(model, params, inputs, method)
+  if example is None:
+    return [timed_row("jformer", method, common.time_repeated(mine, reps))]
+  theirs = flax_example_call(example, jax.numpy.dtype(model.config.dtype).name, inputs, method)
+  rows = [timed_row(framework, method, timing)
+          for framework, timing in zip(("jformer", "flax WMT example"), common.time_interleaved(mine, theirs, reps))]
+  rows[0]["vs_flax_example"] = round(rows[0]["tokens_per_s"] / rows[1]["tokens_per_s"], 2)
+  return rows
+
+
+def timed_row(framework: str, method: str, timing) -> dict:
+  """A row of the table from the `timing` of one decoding of the batch."""
   tokens = BATCH * STEPS
   return {"framework": framework, "method": f"beam {BEAM}, alpha {ALPHA}" if method == "beam" else "greedy",
           "decode_ms": timing.summary(1e3, 1), "output_tokens": tokens, "tokens_per_s": round(tokens / timing.median),
@@ -196,11 +213,7 @@ def main(argv=None):
     model = Transformer(common.TINY.model_config(dtype=jax.numpy.dtype(dtype)))
     params = jax.jit(model.init)(jax.random.PRNGKey(0), inputs, inputs[:, :1])["params"]
     for method in ("beam", "greedy"):
-      measured = [measure(model, params, inputs, method, args.reps)]
-      if example is not None:
-        measured.append(measure_flax_example(example, dtype, inputs, method, args.reps))
-        measured[0]["vs_flax_example"] = round(measured[0]["tokens_per_s"] / measured[1]["tokens_per_s"], 2)
-      for row in measured:
+      for row in measure(model, params, inputs, method, args.reps, example):
         rows.append({"dtype": dtype, **row})
         print(f"{dtype} {row['framework']} {row['method']}: {row['tokens_per_s']} tokens/s, disturbed reps "
               f"{row['decode_ms']['disturbed']}", flush=True)
