@@ -8,7 +8,7 @@ Uses jformer's own decoders (`jformer/decode/`), the same calls `translate_ids` 
 Float32 and bfloat16 (`model.dtype`; parameters float32) side by side. With `--flax-example`, each row is followed
 by the Flax WMT example's decoding of the same shape, batch and steps (`benchmarks/flax_wmt_example.py`: its own
 models.py and decode.py, from flax's source release; its beam search with one beam as greedy), the two timed in
-turns in the same process.
+turns of `--reps` calls, two rounds, in the same process.
 
 Then what each attention variant keeps between decode steps (`jformer.attention.decode_state`), against the
 generated length: the LM demo's model (decoder-only, d_model 256, 4 layers, 4 heads, rotary positions, float32,
@@ -120,7 +120,7 @@ def flax_example_call(modules, dtype: str, inputs, method: str):
 
 def measure(model, params, inputs, method: str, reps: int, example=None) -> list[dict]:
   """Rows of jformer's `method`, and with `example` (the Flax WMT example's modules) the example's row beside it:
-  the two decodings timed in turns (jformer, example, jformer, ...), so both see the machine's same minutes."""
+  the two decodings timed in turns of `reps` calls, two rounds (`common.time_in_rounds`)."""
   import jax
 
   mine = jformer_call(model, params, inputs, method)
@@ -128,7 +128,7 @@ def measure(model, params, inputs, method: str, reps: int, example=None) -> list
     return [timed_row("jformer", method, common.time_repeated(mine, reps))]
   theirs = flax_example_call(example, jax.numpy.dtype(model.config.dtype).name, inputs, method)
   rows = [timed_row(framework, method, timing)
-          for framework, timing in zip(("jformer", "flax WMT example"), common.time_interleaved(mine, theirs, reps))]
+          for framework, timing in zip(("jformer", "flax WMT example"), common.time_in_rounds([mine, theirs], reps))]
   rows[0]["vs_flax_example"] = round(rows[0]["tokens_per_s"] / rows[1]["tokens_per_s"], 2)
   return rows
 
