@@ -205,8 +205,9 @@ CAPTIONS = {
     "decode_flax_example.json": "Beside the Flax WMT example (`--flax-example`): its own models.py and decode.py "
                                 "from flax 0.12.8's source release, the TINY shape in its TransformerConfig (shared, "
                                 "tied embeddings, no dropout), its `predict_step` as its train.py writes it; "
-                                "`greedy` is its beam search with one beam (it has no other). Each jformer row is "
-                                "timed just before the example's row of the same dtype and method.",
+                                "`greedy` is its beam search with one beam (it has no other). jformer's and the "
+                                "example's decoding of one dtype and method take turns of 5 calls, two rounds "
+                                "(`common.time_in_rounds`).",
     "attention_window.json": "A sliding window as data: `local` with a window of 128 (run by `auto` on CPU as "
                              "`chunked` with `window=(127, 127)`, skipping the blocks outside it) against `chunked` "
                              "without a window and the dense reference, causal, at 2,048 and 8,192 tokens.",
