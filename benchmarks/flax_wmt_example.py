@@ -69,7 +69,7 @@ def load(sdist: str | None = None):
   return tuple(modules)
 
 
-def model_config(models, shape, dtype, max_length: int, **overrides):
+def model_config(models, shape, dtype, max_length: int):
   """The example's `TransformerConfig` of `shape` (common.Shape): shared, tied embeddings as jformer's benchmark
   model, no dropout (decoding)."""
   import jax.numpy as jnp
@@ -78,7 +78,6 @@ def model_config(models, shape, dtype, max_length: int, **overrides):
                 logits_via_embedding=True, dtype=jnp.dtype(dtype), emb_dim=shape.d_model, num_heads=shape.heads,
                 num_layers=shape.layers, qkv_dim=shape.d_model, mlp_dim=shape.d_ff, max_len=max_length,
                 dropout_rate=0.0, attention_dropout_rate=0.0, deterministic=True)
-  values.update(overrides)
   return models.TransformerConfig(**values)
 
 
