@@ -191,7 +191,7 @@ def main(argv=None):
     params = jax.jit(model.init)(jax.random.PRNGKey(0), inputs, inputs[:, :1])["params"]
     results["decode"] = []
     for method in ("beam", "greedy"):
-      row = decode_bench.measure(model, params, inputs, method, args.reps)
+      row, = decode_bench.measure(model, params, inputs, method, args.reps)  # jformer's row alone.
       results["decode"].append(row)
       table.append([f"decode {shape.name} {row['method']}, batch {decode_bench.BATCH}", "bfloat16",
                     f"{row['tokens_per_s']:,} tokens/s", f"{row['ms_per_step']} ms/step"])
