@@ -156,14 +156,15 @@ def time_repeated(fn: Callable[[], object], reps: int, warmup: int = 1) -> Timin
   return Timing(seconds, disturbance)
 
 
-def time_in_rounds(fns: list[Callable[[], object]], reps: int, rounds: int = 2) -> list[Timing]:
-  """Times each of `fns` `reps` times in a row (after one untimed call), the functions taking turns for `rounds`
-  rounds: each function's timing spans the same minutes (this machine's speed drifts), while consecutive calls of
-  one function keep its memory warm (alternating single calls of two programs slowed one of them by 45% here)."""
+def time_in_rounds(fns: list[Callable[[], object]], reps: int, rounds: int = 2, warmup: int = 1) -> list[Timing]:
+  """Times each of `fns` `reps` times in a row (after `warmup` untimed calls), the functions taking turns for
+  `rounds` rounds: each function's timing spans the same minutes (this machine's speed drifts), while consecutive
+  calls of one function keep its memory warm (alternating single calls of two programs slowed one of them by 45%
+  here)."""
   timings = [Timing([], []) for _ in fns]
   for _ in range(rounds):
     for fn, timing in zip(fns, timings):
-      block = time_repeated(fn, reps)
+      block = time_repeated(fn, reps, warmup=warmup)
       timing.seconds.extend(block.seconds)
       timing.disturbance.extend(block.disturbance)
   return timings
@@ -197,13 +198,7 @@ def time_interleaved(fn: Callable[[], object], probe: Callable[[], object], reps
 
   for f in (fn, probe):
     jax.block_until_ready(f())
-  timings = (Timing([], []), Timing([], []))
-  for _ in range(reps):
-    for f, timing in zip((fn, probe), timings):
-      one = time_repeated(f, 1, warmup=0)
-      timing.seconds.extend(one.seconds)
-      timing.disturbance.extend(one.disturbance)
-  return timings
+  return tuple(time_in_rounds([fn, probe], 1, rounds=reps, warmup=0))
 
 
 def xla_flops(compiled) -> float | None:

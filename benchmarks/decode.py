@@ -70,7 +70,7 @@ def table(rows: list[dict]) -> str:
   return common.markdown_table(
       ["dtype", "framework", "method", "ms per call median (min-max)", "output tokens", "tokens/s", "ms per step",
        "jformer / flax example", "disturbed reps"],
-      [[r["dtype"], r.get("framework", "jformer"), r["method"],
+      [[r["dtype"], r["framework"], r["method"],
         f"{r['decode_ms']['median']} ({r['decode_ms']['min']}-{r['decode_ms']['max']})", r["output_tokens"],
         f"{r['tokens_per_s']:,}", r["ms_per_step"], f"{r['vs_flax_example']}x" if "vs_flax_example" in r else "-",
         f"{r['decode_ms']['disturbed']}/{r['decode_ms']['reps']}"] for r in rows])
@@ -225,16 +225,10 @@ def main(argv=None):
         [[r["variant"], r["length"], r["cache_mib"],
           f"{r['step_ms']['median']} ({r['step_ms']['min']}-{r['step_ms']['max']})",
           f"{r['step_ms']['disturbed']}/{r['step_ms']['reps']}"] for r in states]))
-  extra = {"flax_example": f"examples/wmt of flax {flax_version()}'s source release"} if example else {}
+  extra = {"flax_example": f"examples/wmt of flax {machine['flax']}'s source release"} if example else {}
   common.write_json(args.json, {"benchmark": "decode", "machine": machine, "shape": "TINY", "batch": BATCH,
                                 "source_length": SOURCE_LENGTH, "steps": STEPS, "rows": rows,
                                 "state_rows": states, **extra})
-
-
-def flax_version() -> str:
-  import flax
-
-  return flax.__version__
 
 
 if __name__ == "__main__":
