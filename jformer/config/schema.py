@@ -106,6 +106,8 @@ class TrainSection:
                               "(0 = the last N saved every checkpoint_every).", at_least=0)
   eval_lengths: tuple = field((), "LM: context lengths (tokens) of the final test bits per byte; () = "
                               "data.max_length.")
+  profile_steps: tuple = field((), "(a, b): write a jax.profiler trace of steps a to b into "
+                               "<workdir>/tensorboard/plugins/profile (TensorBoard's profile plugin); () = off.")
   skip_nonfinite_updates: int = field(0, "Non-finite (NaN/Inf) updates skipped before the run stops; 0 = stop at "
                                       "the first.", at_least=0)
 

@@ -56,6 +56,11 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
   if bad_lengths:
     problems.append(f"train.eval_lengths={tuple(train.eval_lengths)}: {bad_lengths} not whole numbers from 2 "
                     f"to model.max_length={model.max_length}; give e.g. train.eval_lengths=(256, 512)")
+  profile = tuple(train.profile_steps)
+  if profile and not (len(profile) == 2 and all(isinstance(x, int) for x in profile)
+                      and 1 <= profile[0] <= profile[1]):
+    problems.append(f"train.profile_steps={profile} is not two steps (a, b) with 1 <= a <= b; give e.g. "
+                    "train.profile_steps=(10, 12), or () for no profile")
   if data.batch_size % train.grad_accumulation_steps:
     problems.append(f"data.batch_size={data.batch_size} is not divisible by "
                     f"train.grad_accumulation_steps={train.grad_accumulation_steps}")

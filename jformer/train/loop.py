@@ -36,6 +36,7 @@ from jformer.models.summary import param_shapes
 from jformer.parallel import say
 from jformer.train import averaging, optim, workdir_lock
 from jformer.train.budget import Budget, stored_plan
+from jformer.train.cost import StepCost, StepProfile, peak_memory
 from jformer.train.preemption import Preempted, Preemption
 from jformer.train.progress import Progress, format_duration, write_json
 from jformer.train.runner import eval_step_for_host_params, make_runner, placement
@@ -202,7 +203,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
         checkpointer.keep(steps)
     return averaging_at
 
-  progress = Progress(workdir, budget.total_steps, start_step)
+  cost = StepCost.of(model.config, config.data.max_length)  # on a CPU: a short matmul probe, before any step.
+  say(f"cost: {cost.describe()}")
+  progress = Progress(workdir, budget.total_steps, start_step, cost)
+  profile = StepProfile(workdir, config.train.profile_steps, progress.paused)  # a jax.profiler trace of steps.
   # Every phase's results merge into what the run wrote before (a rerun after the training finished only tests).
   results = {**read_results(workdir), "step": start_step, "finished": False,
              "skipped_updates": int(runner.checkpoint_view(state).skipped_updates)}
@@ -228,7 +232,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
         if temp_bytes is not None:
           results["step_temp_mib"] = temp_bytes / 2**20
           say(f"train step: {results['step_temp_mib']:,.1f} MiB of temporary memory per device (compiled)")
+      profile.before(step)
       state, metrics = runner.train_step(state, batch)
+      profile.after(step, state)
       totals = runner.add_to_totals(totals, metrics)
       progress.step(input_tokens, timed=step > start_step + 1)  # the first step includes compilation.
       evaluated = budget.after_step(step, state, lambda log: evaluate(step, log))  # planning: times an evaluation.
@@ -271,6 +277,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
     if trained:
       results["train_seconds"] = progress.train_seconds + 0.0
       results["tokens_per_second"] = progress.train_tokens / max(progress.train_seconds, 1e-9)
+      results["mfu"] = cost.mfu(results["tokens_per_second"])
+      results.update([peak_memory()])
       write_json(workdir / RESULTS_FILE, results)  # the training's results, before the (resumable) final test.
     preemption.check("before the final test")
     params = runner.host_params(state)
@@ -292,5 +300,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
         + (f", {trained_line}" if trained_line else "") + f"; results in {workdir / RESULTS_FILE}")
     return results
   finally:
+    profile.close()
     checkpointer.close()
     progress.close()
