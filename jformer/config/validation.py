@@ -8,6 +8,7 @@ import ml_collections
 from jformer import data, tasks
 from jformer.config.recipe import parse_rules
 from jformer.config.schema import declared
+from jformer.data import mixture_problems
 from jformer.decode.search import check_options
 from jformer.models.config import TransformerConfig
 from jformer.schema import check_value
@@ -74,6 +75,7 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
     problems.append(f"optimizer.cooldown_fraction={config.optimizer.cooldown_fraction} is not in [0, 0.5]: the "
                     "cool-down must start after a time budget's planning steps (0 = off)")
   problems += _dataset_problems(config)
+  problems += mixture_problems(config)
   try:
     parse_rules(train.recipe, [key for key, _ in declared()])
   except ValueError as e:

@@ -205,7 +205,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
 
   cost = StepCost.of(model.config, config.data.max_length)  # on a CPU: a short matmul probe, before any step.
   say(f"cost: {cost.describe()}")
-  progress = Progress(workdir, budget.total_steps, start_step, cost)
+  progress = Progress(workdir, budget.total_steps, start_step, cost, getattr(datasets, "tokens_by_source", None))
   profile = StepProfile(workdir, config.train.profile_steps, progress.paused)  # a jax.profiler trace of steps.
   # Every phase's results merge into what the run wrote before (a rerun after the training finished only tests).
   results = {**read_results(workdir), "step": start_step, "finished": False,
@@ -255,7 +255,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
         totals, unread = runner.new_totals(), step + 1
       if log:
         averages = progress.report(step)
-        results.update(step=step, train_loss=averages["loss"], tokens_per_second=averages["tokens_per_second"])
+        results.update(step=step, train_loss=averages["loss"], tokens_per_second=averages["tokens_per_second"],
+                       **{f"train_{k}": v for k, v in averages.items() if k.startswith("tokens/")})
       if evaluate_now:
         evaluate(step)
       if test_now:
