@@ -182,6 +182,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
     say(f"resumed from step {checkpointer.latest_step()} ({checkpointer.directory})")
   start_step = int(runner.checkpoint_view(state).step)
 
+  cost = StepCost.of(model.config, config.data.max_length)  # on a CPU a short matmul probe, before any clock starts.
+  say(f"cost: {cost.describe()}")
   budget = Budget(config, workdir, start_step)  # train.steps, or train.budget_minutes's plan (None until made).
 
   def rescheduled(runner):  # a cool-down needs the final total: the steps compile again (the plan reserved it).
@@ -203,8 +205,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
         checkpointer.keep(steps)
     return averaging_at
 
-  cost = StepCost.of(model.config, config.data.max_length)  # on a CPU: a short matmul probe, before any step.
-  say(f"cost: {cost.describe()}")
   progress = Progress(workdir, budget.total_steps, start_step, cost, getattr(datasets, "tokens_by_source", None))
   profile = StepProfile(workdir, config.train.profile_steps, progress.paused)  # a jax.profiler trace of steps.
   # Every phase's results merge into what the run wrote before (a rerun after the training finished only tests).
