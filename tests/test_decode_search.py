@@ -115,6 +115,19 @@ def test_flat_batch_beam_expand_and_cache_tiling():
   np.testing.assert_array_equal(gathered["kv"][:, 1, 3], [2, 0, 0, 1, 1, 0])
 
 
+def test_a_scanned_stacks_cache_rows_are_tiled_and_gathered_on_axis_1():
+  """Under `layers` (a scanned stack: its layers on axis 0) rows are axis 1, and its per-layer counters are shared."""
+  cache = {"layers": {"kv": jnp.arange(3)[None, :, None] + 10 * jnp.arange(2)[:, None, None] + jnp.zeros((2, 3, 4)),
+                      "position": jnp.array([7, 7])}, "position": jnp.int32(7)}
+  tiled = common.expand_cache(cache, 2)
+  assert tiled["layers"]["kv"].shape == (2, 6, 4)
+  np.testing.assert_array_equal(tiled["layers"]["position"], [7, 7])
+  gathered = common.gather_cache_rows(tiled, jnp.array([5, 0, 0, 3, 2, 1]))
+  np.testing.assert_array_equal(gathered["layers"]["kv"][:, :, 0], [[2, 0, 0, 1, 1, 0], [12, 10, 10, 11, 11, 10]])
+  np.testing.assert_array_equal(gathered["layers"]["position"], [7, 7])
+  assert int(gathered["position"]) == 7
+
+
 def test_length_penalty_is_gnmt():
   np.testing.assert_allclose(length_penalty(7, 0.6), (12 / 6) ** 0.6, rtol=1e-6)
   np.testing.assert_allclose(length_penalty(jnp.array([1, 3]), 0.0), [1.0, 1.0])

@@ -1,5 +1,9 @@
 """Scanned layers (model.scan_layers): the looped model's outputs and gradients from its parameters stacked, the
-conversion between the two layouts, and the one-line refusals (a looped checkpoint, decoding, a shared bias)."""
+conversion between the two layouts, the looped model's greedy and beam outputs from the scanned model's decode cache
+(stacked per layer like the parameters: full, window and recurrent decode states, layer patterns, translation), and
+the one-line refusals (a looped checkpoint, a shared bias)."""
+
+import functools
 
 import flax.linen as nn
 import jax
@@ -9,8 +13,8 @@ import pytest
 
 from helpers import init, tiny, tokens
 from jformer.checkpoint import Checkpointer, shapes
+from jformer.decode import common, generator, translator
 from jformer.models import stack_layer_params, summary, unstack_layer_params
-from jformer.models.config import SCAN_DECODE_REFUSAL
 
 NO_DROPOUT = {"model.dropout_rate": 0.0}
 
@@ -80,16 +84,6 @@ def test_scanned_stacked_axis_is_replicated():
   assert shape == (2, 32, 64) and axes == (None, "embed", "mlp")
 
 
-def test_decoding_a_scanned_model_is_refused_in_one_line():
-  model = tiny(**{"model.scan_layers": True})
-  x, y = tokens(0, (1, 4)), tokens(1, (1, 1))
-  with pytest.raises(ValueError) as refused:
-    model.init(jax.random.PRNGKey(0), jnp.ones((1, 4, 32)), x, y, decode=True, method=model.decode)
-  assert refused.value.args[0] == ("model.scan_layers=True does not decode yet (the decode cache is per layer): decode "
-                                   "with model.scan_layers=False and the parameters converted by "
-                                   "jformer.models.unstack_layer_params")
-
-
 def test_scan_with_a_shared_bias_encoding_is_refused():
   with pytest.raises(ValueError, match="scan_layers=True cannot scan layers that share model.positional='alibi'"):
     tiny(**{"model.scan_layers": True, "model.positional": "alibi"})
@@ -113,6 +107,63 @@ def test_restoring_a_looped_checkpoint_into_a_scanned_model_is_refused_in_one_li
                                 ["kernel"][1], params["encoder"]["layer_1"]["feed_forward"]["wo"]["kernel"])
 
 
-def test_the_decoders_refuse_a_scanned_model_before_decoding():
-  config = tiny(**{"model.scan_layers": True}).config
-  assert config.attention_refusal(decoding=True) == SCAN_DECODE_REFUSAL and config.attention_refusal() is None
+# Pre-norm with an untied output embedding: small random models whose greedy outputs vary from step to step.
+BLOCK = {"model.norm": "pre", "model.tie_output_embedding": False}
+LM = {**BLOCK, "model.architecture": "lm", "model.num_kv_heads": 2}
+LOCAL_GLOBAL = {"model.layer_kinds": {"local": {"attention": "local", "attention_options": {"window_size": 3}},
+                                      "global": {"attention": "dot_product"}},
+                "model.layer_pattern": ("local", "global"), "model.num_decoder_layers": 4}
+
+
+def looped_and_scanned(**overrides):
+  """(looped model, its parameters, scanned model, the parameters stacked), without dropout; the embeddings scaled
+  up so that greedy outputs vary from step to step (at initialisation they repeat one token)."""
+  looped, scanned = tiny(**NO_DROPOUT, **overrides), tiny(**NO_DROPOUT, **overrides, **{"model.scan_layers": True})
+  x = tokens(0, (1, 4))
+  args = (x, x) if looped.is_encoder_decoder else (x,)
+  params = nn.meta.unbox(looped.init(jax.random.PRNGKey(0), *args))["params"]
+  params = jax.tree_util.tree_map_with_path(
+      lambda path, p: 8.0 * p if "embedding" in jax.tree_util.keystr(path) else p, params)
+  return looped, params, scanned, stack_layer_params(params, period=len(looped.config.layer_pattern) or 1)
+
+
+def decoded(model, params, method):
+  """Greedy ids `[2, 8]`, or beam ids `[2, 8]` and scores `[2]` (the best of 3 beams), of a language model's
+  continuation of 5-token prompts or of a translation model's output for 7-token sources."""
+  source = tokens(3, (2, 7)).at[1, 5:].set(0)
+  if model.is_encoder_decoder:
+    run = functools.partial(translator.translate_ids, model, max_decode_len=8, method=method, beam_size=3)
+  else:
+    run = functools.partial(generator.generate_ids, model, max_new_tokens=8, method=method, beam_size=3)
+  return jax.jit(run)(params, source[:, :5] if not model.is_encoder_decoder else source)
+
+
+@pytest.mark.integration  # a few seconds of compiling each (four searches).
+@pytest.mark.parametrize("overrides", [
+    pytest.param(LM, id="lm-full"),
+    pytest.param({**LM, **LOCAL_GLOBAL}, id="lm-pattern-window-full"),
+    pytest.param({**LM, "model.attention": "linear"}, id="lm-recurrent"),
+    pytest.param({**LM, "model.positional": "rotary"}, id="lm-rotary"),
+    pytest.param(BLOCK, id="translation"),
+    pytest.param({**BLOCK, **LOCAL_GLOBAL, "model.num_encoder_layers": 4}, id="translation-pattern")])
+def test_a_scanned_model_decodes_the_looped_models_outputs(overrides):
+  looped, params, scanned, stacked = looped_and_scanned(**overrides)
+  want_greedy, got_greedy = decoded(looped, params, "greedy"), decoded(scanned, stacked, "greedy")
+  assert len(set(np.asarray(want_greedy[0]).tolist())) >= 3, want_greedy  # not one token repeated: it can fail.
+  np.testing.assert_array_equal(got_greedy, want_greedy)
+  (want_beam, want_scores), (got_beam, got_scores) = decoded(looped, params, "beam"), decoded(scanned, stacked, "beam")
+  np.testing.assert_array_equal(got_beam, want_beam)
+  np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5)
+
+
+def test_a_scanned_models_cache_is_stacked_per_layer_like_its_parameters():
+  """The self-attention cache `[layers, B, G, S, K]` under `layers/`, its step counters `[layers]`; the decoders
+  find its rows on axis 1 (`decode.common.row_axis`): beam search expands and reorders them there."""
+  _, _, scanned, stacked = looped_and_scanned(**LM)
+  cache = jax.eval_shape(functools.partial(generator.init_cache, scanned, batch=2, length=12), stacked)
+  layers = cache["decoder"]["layers"]["self_attention"]
+  assert layers["cached_key"].shape == (2, 2, 2, 12, 8) and layers["position"].shape == (2,)
+  assert cache["decoder"]["positions"]["position"].shape == ()
+  expanded = jax.eval_shape(lambda c: common.expand_cache(c, 3), cache)
+  assert expanded["decoder"]["layers"]["self_attention"]["cached_key"].shape == (2, 6, 2, 12, 8)
+  assert expanded["decoder"]["layers"]["self_attention"]["position"].shape == (2,)

@@ -26,6 +26,9 @@ class DataSection:
                        choices=Registered("dataset"), identity=True)
   dataset_options: tuple = field((), "Options of that dataset (a synthetic task's, e.g. seq_len, num_kv_pairs; "
                                  "`jformer list dataset`); most datasets take none.", group=True, identity=True)
+  mixture: tuple = field((), "LM: several document datasets mixed by weight instead of data.dataset and data.path: "
+                        "{name: {'dataset': 'text', 'path': 'corpora/web', 'weight': 3.0}, ...}; per-source tokens "
+                        "and valid bits per byte logged (jformer/data/mixture.py).", group=True, identity=True)
   path: str = field("", "parallel_text: folder of {train,valid,test}.{src,tgt}; text: folder of "
                     "{train,valid,test}.txt, documents separated by blank lines; '' = the bundled corpus.",
                     identity=True)
@@ -106,6 +109,8 @@ class TrainSection:
                               "(0 = the last N saved every checkpoint_every).", at_least=0)
   eval_lengths: tuple = field((), "LM: context lengths (tokens) of the final test bits per byte; () = "
                               "data.max_length.")
+  profile_steps: tuple = field((), "(a, b): write a jax.profiler trace of steps a to b into "
+                               "<workdir>/tensorboard/plugins/profile (TensorBoard's profile plugin); () = off.")
   skip_nonfinite_updates: int = field(0, "Non-finite (NaN/Inf) updates skipped before the run stops; 0 = stop at "
                                       "the first.", at_least=0)
 

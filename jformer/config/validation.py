@@ -8,6 +8,7 @@ import ml_collections
 from jformer import data, tasks
 from jformer.config.recipe import parse_rules
 from jformer.config.schema import declared
+from jformer.data import mixture_problems
 from jformer.decode.search import check_options
 from jformer.models.config import TransformerConfig
 from jformer.schema import check_value
@@ -56,6 +57,11 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
   if bad_lengths:
     problems.append(f"train.eval_lengths={tuple(train.eval_lengths)}: {bad_lengths} not whole numbers from 2 "
                     f"to model.max_length={model.max_length}; give e.g. train.eval_lengths=(256, 512)")
+  profile = tuple(train.profile_steps)
+  if profile and not (len(profile) == 2 and all(isinstance(x, int) for x in profile)
+                      and 1 <= profile[0] <= profile[1]):
+    problems.append(f"train.profile_steps={profile} is not two steps (a, b) with 1 <= a <= b; give e.g. "
+                    "train.profile_steps=(10, 12), or () for no profile")
   if data.batch_size % train.grad_accumulation_steps:
     problems.append(f"data.batch_size={data.batch_size} is not divisible by "
                     f"train.grad_accumulation_steps={train.grad_accumulation_steps}")
@@ -69,6 +75,7 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
     problems.append(f"optimizer.cooldown_fraction={config.optimizer.cooldown_fraction} is not in [0, 0.5]: the "
                     "cool-down must start after a time budget's planning steps (0 = off)")
   problems += _dataset_problems(config)
+  problems += mixture_problems(config)
   try:
     parse_rules(train.recipe, [key for key, _ in declared()])
   except ValueError as e:

@@ -25,6 +25,10 @@ Language modelling reads a document dataset ("text", "lm1b", "wiki40b/en": `Docu
     for batch in data.eval_batches("valid", max_length=512): ...
     bits_per_byte = total_nats / math.log(2) / data.split_bytes("valid")
 
+Several document datasets mixed by weight (`data.mixture`; `mixture`): `make_mixture_datasets(mixture_sources(
+config), ...)` takes `make_lm_datasets`'s arguments; its `tokens_by_source()` and `sources` (each source's splits)
+give per-source token counts and bits per byte.
+
 The synthetic tasks ("mqar", "induction", "selective_copy", "listops") are generated rows, not text:
 
     data = make_synthetic_datasets(dataset="mqar", options={"seq_len": 64, "num_kv_pairs": 4}, batch_size=64)
@@ -39,6 +43,7 @@ from jformer.data.lm_pipeline import (LM_BATCH_KEYS, PACKS, LMDatasets, Tokenize
                                       lm_train_dataset, make_lm_datasets, tokenize_documents)
 from jformer.data.pipeline import (BATCH_KEYS, LONG_EXAMPLES, Datasets, TokenizedPairs, eval_dataset, make_datasets,
                                    pad_example, tokenize_pairs, train_dataset)
+from jformer.data.mixture import make_mixture_datasets, problems as mixture_problems, sources_of as mixture_sources
 from jformer.data.preparation import prepare
 from jformer.data.sources import (REGISTRY, SPLITS, TextPairSource, available_datasets, bundled_corpus_path,
                                   bundled_text_path, check_dataset_options, dataset_options, get_dataset, load_split,
@@ -55,6 +60,7 @@ __all__ = [
     "SyntheticDatasets", "bundled_corpus_path", "bundled_text_path", "check_dataset_options", "check_run_inputs",
     "dataset_options", "eval_dataset", "get_dataset", "get_tokenizer",
     "lm_eval_dataset", "lm_train_dataset", "load_split", "load_tokenizer", "make_datasets", "make_lm_datasets",
+    "make_mixture_datasets", "mixture_problems", "mixture_sources",
     "make_synthetic_datasets", "pad_example", "pair_texts", "prepare", "register_dataset", "source_args",
     "synthetic_entry", "tokenize_documents",
     "tokenize_pairs", "train_dataset", "train_tokenizer", "training_texts", "vocab_path"

@@ -13,6 +13,7 @@ from etils import epath
 
 from jformer import paths
 from jformer.data import documents, parallel_text
+from jformer.data.mixture import dataset_paths
 from jformer.data.sources import get_dataset
 from jformer.data.tokenizer import Tokenizer
 
@@ -23,11 +24,12 @@ def check_run_inputs(config, workdir: epath.PathLike) -> None:
   files, a split without documents, non-UTF-8 text: `documents.count_documents`) and a missing or mismatched
   `data.vocab_path`."""
   check_workdir(workdir)
-  get_dataset(config.data.dataset)  # an unknown name raises a KeyError listing the known ones.
-  if config.data.dataset == "parallel_text" and config.data.path:  # the bundled corpus ("") is known good.
-    parallel_text.check_aligned(parallel_text.find_split_files(paths.absolute(config.data.path)))
-  if config.data.dataset == "text" and config.data.path:  # the bundled corpus ("") is known good.
-    documents.count_documents(documents.find_split_files(paths.absolute(config.data.path)))
+  for dataset, path in dataset_paths(config):  # data.dataset's, or each data.mixture source's.
+    get_dataset(dataset)  # an unknown name raises a KeyError listing the known ones.
+    if dataset == "parallel_text" and path:  # the bundled corpus ("") is known good.
+      parallel_text.check_aligned(parallel_text.find_split_files(paths.absolute(path)))
+    if dataset == "text" and path:  # the bundled corpus ("") is known good.
+      documents.count_documents(documents.find_split_files(paths.absolute(path)))
   if config.data.vocab_path:
     check_vocab(config.data.vocab_path, config.model.vocab_size)
 

@@ -169,16 +169,31 @@ def lm_train_dataset(documents: TokenizedDocuments, *, batch_size: int, max_leng
     raise ValueError(f"data.pack={pack!r}; use one of {PACKS}.")
   if not len(documents):
     raise ValueError("no training documents on this host; give more documents or, with several hosts, use fewer.")
-  read = grain.ReadOptions(num_threads=0)
+  return train_batches(train_elements(documents, max_length=max_length, pack=pack, seed=seed, num_epochs=num_epochs),
+                       features=LM_FEATURES, batch_size=batch_size, max_length=max_length, pack=pack, seed=seed,
+                       drop_remainder=drop_remainder, prefetch=prefetch)
+
+
+def train_elements(documents: TokenizedDocuments, *, max_length: int, pack: str, seed: int,
+                   num_epochs: int | None) -> grain.MapDataset:
+  """What training rows are made of, in a seeded order, shuffled differently each epoch: the documents' pieces of
+  at most `max_length` tokens (`{"targets"}`, packed into rows by `train_batches`) for pack="documents", whole rows
+  (`StreamRows.row`) for pack="stream"."""
   if pack == "documents":
-    pieces = grain.MapDataset.source(documents.pieces(max_length)).shuffle(seed).repeat(num_epochs)
-    return pack_and_batch(pieces.to_iter_dataset(read), features=LM_FEATURES, batch_size=batch_size,
-                          max_length=max_length, packing=True, seed=seed, drop_remainder=drop_remainder,
-                          prefetch=prefetch)
+    return grain.MapDataset.source(documents.pieces(max_length)).shuffle(seed).repeat(num_epochs)
   stream = StreamRows(documents, max_length, seed)
-  rows = grain.MapDataset.range(stream.rows_per_epoch).shuffle(seed).repeat(num_epochs).map_with_index(stream.row)
-  return batched(rows.to_iter_dataset(read), batch_size=batch_size, drop_remainder=drop_remainder,
-                 prefetch=prefetch)
+  return grain.MapDataset.range(stream.rows_per_epoch).shuffle(seed).repeat(num_epochs).map_with_index(stream.row)
+
+
+def train_batches(elements: grain.MapDataset, *, features: tuple[str, ...], batch_size: int, max_length: int,
+                  pack: str, seed: int, drop_remainder: bool, prefetch: int) -> grain.IterDataset:
+  """Batches of `train_elements`: pieces packed into rows (their `features`, `pipeline.pack_and_batch`), or stream
+  rows batched as they are."""
+  elements = elements.to_iter_dataset(grain.ReadOptions(num_threads=0))
+  if pack == "documents":
+    return pack_and_batch(elements, features=features, batch_size=batch_size, max_length=max_length, packing=True,
+                          seed=seed, drop_remainder=drop_remainder, prefetch=prefetch)
+  return batched(elements, batch_size=batch_size, drop_remainder=drop_remainder, prefetch=prefetch)
 
 
 def lm_eval_dataset(documents: TokenizedDocuments, *, batch_size: int, max_length: int,
@@ -190,6 +205,73 @@ def lm_eval_dataset(documents: TokenizedDocuments, *, batch_size: int, max_lengt
                       min_examples=min_rows, features=LM_FEATURES)
 
 
+class DocumentSplits:
+  """One document dataset's splits on one host (its documents shard_index, shard_index + shard_count, ...), each
+  read (and tokenized) once, when first asked for.
+
+  Args:
+    dataset, path, data_dir: which documents (see `sources.load_split`): "text", "lm1b", "wiki40b/en", ...
+    tokenizer: the vocabulary.
+    max_length: the default tokens per eval row.
+    eval_batch_size: eval rows per batch on this host.
+    shard_index, shard_count: this host and the number of hosts that share the data.
+  """
+
+  def __init__(self, dataset: str, tokenizer: Tokenizer, *, path: str, data_dir: str | None, max_length: int,
+               eval_batch_size: int, shard_index: int, shard_count: int):
+    self.dataset, self.tokenizer, self.path, self.data_dir = dataset, tokenizer, path, data_dir
+    self.max_length, self.eval_batch_size = max_length, eval_batch_size
+    self.shard_index, self.shard_count = shard_index, shard_count
+    self.split_sizes: dict[str, int] = {}  # documents per split of the whole dataset (all hosts), once read.
+    self._tokenized: dict[str, TokenizedDocuments] = {}
+    self._eval_rows: dict[tuple[str, int], int] = {}
+    self._texts: dict[str, list[str]] = {}
+    self._bytes: dict[str, int] = {}
+
+  def load(self, split: str) -> DocumentSource:
+    """The whole `split` (all hosts' documents)."""
+    source = sources.load_split(self.dataset, split, path=self.path, data_dir=self.data_dir)
+    if not isinstance(source, DocumentSource):
+      raise ValueError(f"dataset '{self.dataset}' holds translation pairs, not documents; a language model needs a "
+                       "document dataset such as 'text', 'lm1b' or 'wiki40b/en' (or model.architecture="
+                       "'transformer' for translation).")
+    self.split_sizes[split] = len(source)
+    return source
+
+  def tokenized(self, split: str) -> TokenizedDocuments:
+    """This host's documents of `split`, tokenized."""
+    if split not in self._tokenized:
+      self._tokenized[split] = tokenize_documents(self.load(split).shard(self.shard_index, self.shard_count),
+                                                  self.tokenizer)
+    return self._tokenized[split]
+
+  def eval_batches(self, split: str = "valid", max_length: int | None = None) -> grain.MapDataset:
+    """This host's eval batches of `split` at `max_length` tokens per row (None = the training max_length), as
+    many as every other host's (`lm_eval_dataset`; the first call for a (split, length) gathers every host's row
+    count, `largest_over_hosts`: all hosts make it together, as a multi-host eval loop does)."""
+    length = max_length or self.max_length
+    documents = self.tokenized(split)
+    if (split, length) not in self._eval_rows:
+      self._eval_rows[split, length] = int(largest_over_hosts(len(documents.pieces(length)), self.shard_count,
+                                                              "eval batches"))
+    return lm_eval_dataset(documents, batch_size=self.eval_batch_size, max_length=length,
+                           min_rows=self._eval_rows[split, length])
+
+  def documents(self, split: str) -> list[str]:
+    """The whole split's document strings, in order."""
+    if split not in self._texts:
+      self._texts[split] = [document["text"] for document in self.load(split)]
+    return self._texts[split]
+
+  def split_bytes(self, split: str) -> int:
+    """The bits-per-byte denominator of the whole split (all hosts): the sum over its documents of
+    `len(document.encode("utf-8")) + 1`, the +1 being the document's end, which its EOS token predicts."""
+    if split not in self._bytes:
+      texts = self._texts[split] if split in self._texts else (document["text"] for document in self.load(split))
+      self._bytes[split] = sum(len(text.encode("utf-8")) + 1 for text in texts)
+    return self._bytes[split]
+
+
 @dataclasses.dataclass
 class LMDatasets:
   """What `make_lm_datasets` returns.
@@ -198,21 +280,21 @@ class LMDatasets:
     train: this host's checkpointable training iterator (`next()` -> batch; `get_state()`/`set_state()`).
     train_documents: this host's tokenized training documents (its shard of the split).
     eval_batches: `eval_batches(split="valid", max_length=None)` -> a fresh finite iterable of this host's eval
-      batches (`lm_eval_dataset`) at `max_length` tokens per row (None = the training max_length); every host
-      gets the same number of batches. With several hosts, the first call for a (split, max_length) gathers every
-      host's row count (`largest_over_hosts`): all hosts make it together, as a multi-host eval loop does.
-    split_bytes: `split_bytes(split)` -> the bits-per-byte denominator of the whole split (all hosts): the sum over
-      its documents of `len(document.encode("utf-8")) + 1`, the +1 being the document's end, which its EOS token
-      predicts.
+      batches (`DocumentSplits.eval_batches`) at `max_length` tokens per row (None = the training max_length); every
+      host gets the same number of batches.
+    split_bytes: `split_bytes(split)` -> the bits-per-byte denominator of the whole split (all hosts,
+      `DocumentSplits.split_bytes`).
     documents: `documents(split)` -> the whole split's document strings, in order.
     pack: "documents" or "stream" (training rows).
     max_length: training tokens per row.
     shard_index, shard_count: this host and the number of hosts that share the data.
     split_sizes: documents per split of the whole dataset (all hosts), for the splits read so far.
+    sources: a mixture's sources by name (`jformer.data.mixture`), each its own `DocumentSplits`; {} for one dataset.
+      Then `eval_batches`, `split_bytes` and `documents` are those of all sources together.
   """
   train: grain.DatasetIterator
   train_documents: TokenizedDocuments
-  eval_batches: Callable[..., grain.MapDataset]
+  eval_batches: Callable[..., Iterable[dict[str, np.ndarray]]]
   split_bytes: Callable[[str], int]
   documents: Callable[[str], list[str]]
   pack: str = "documents"
@@ -220,20 +302,30 @@ class LMDatasets:
   shard_index: int = 0
   shard_count: int = 1
   split_sizes: dict[str, int] = dataclasses.field(default_factory=dict)
+  sources: dict[str, DocumentSplits] = dataclasses.field(default_factory=dict)
 
   def describe(self, max_length: int) -> str:
     """One line on this host's training data, e.g. 'data: 400 training documents (12,345 tokens with EOS),
     pack='documents': 450 pieces of at most 64 tokens' (with several hosts: '..., host 0 of 2 (800 documents in
-    the split)')."""
+    the split)'; a mixture names each source's documents and tokens)."""
     docs = self.train_documents
     line = f"data: {len(docs):,} training documents ({docs.num_tokens():,} tokens with EOS), pack='{self.pack}': "
     if self.pack == "documents":
       line += f"{len(docs.pieces(max_length)):,} pieces of at most {max_length} tokens"
     else:
       line += f"{docs.num_tokens() // max_length:,} contiguous rows of {max_length} tokens per epoch"
+    if self.sources:
+      line += "; mixture of " + ", ".join(
+          f"{name} ({len(s.tokenized('train')):,} documents, {s.tokenized('train').num_tokens():,} tokens)"
+          for name, s in self.sources.items())
     if self.shard_count > 1:
       line += f", host {self.shard_index} of {self.shard_count} ({self.split_sizes['train']:,} documents in the split)"
     return line
+
+  def tokens_by_source(self) -> dict[str, int]:
+    """{source: training tokens (EOS included) read from it so far}: a mixture's counts, kept in its iterator's
+    state (`mixture.CountedBySource`), so exact on resume; {} for one dataset."""
+    return dict(zip(self.sources, self.train.tokens.tolist())) if self.sources else {}
 
 
 def make_lm_datasets(*, dataset: str, tokenizer: Tokenizer, batch_size: int, max_length: int,
@@ -261,55 +353,29 @@ def make_lm_datasets(*, dataset: str, tokenizer: Tokenizer, batch_size: int, max
   """
   if pack not in PACKS:
     raise ValueError(f"data.pack={pack!r}; use one of {PACKS}.")
-  shard_index = jax.process_index() if shard_index is None else shard_index
-  shard_count = jax.process_count() if shard_count is None else shard_count
-  split_sizes: dict[str, int] = {}
-
-  def load(split: str) -> DocumentSource:
-    source = sources.load_split(dataset, split, path=path, data_dir=data_dir)
-    if not isinstance(source, DocumentSource):
-      raise ValueError(f"dataset '{dataset}' holds translation pairs, not documents; a language model needs a "
-                       "document dataset such as 'text', 'lm1b' or 'wiki40b/en' (or model.architecture="
-                       "'transformer' for translation).")
-    split_sizes[split] = len(source)
-    return source
-
-  def tokenize(split: str) -> TokenizedDocuments:
-    return tokenize_documents(load(split).shard(shard_index, shard_count), tokenizer)
-
-  train_documents = tokenize("train")
-  if not len(train_documents):
-    raise ValueError(f"host {shard_index} of {shard_count} has no training documents (the split has "
-                     f"{split_sizes['train']}); use fewer hosts or more documents.")
+  splits = document_splits(dataset, tokenizer, path=path, data_dir=data_dir, max_length=max_length,
+                           eval_batch_size=eval_batch_size or batch_size, shard_index=shard_index,
+                           shard_count=shard_count)
+  train_documents = training_documents(splits)
   train = iter(lm_train_dataset(train_documents, batch_size=batch_size, max_length=max_length, pack=pack,
                                 seed=seed, num_epochs=num_epochs, prefetch=prefetch))
-  train_max_length = max_length
-  eval_documents: dict[str, TokenizedDocuments] = {}
-  eval_rows: dict[tuple[str, int], int] = {}
-  texts: dict[str, list[str]] = {}
-  sizes_in_bytes: dict[str, int] = {}
+  return LMDatasets(train=train, train_documents=train_documents, eval_batches=splits.eval_batches,
+                    split_bytes=splits.split_bytes, documents=splits.documents, pack=pack, max_length=max_length,
+                    shard_index=splits.shard_index, shard_count=splits.shard_count, split_sizes=splits.split_sizes)
 
-  def eval_batches(split: str = "valid", max_length: int | None = None) -> grain.MapDataset:
-    length = max_length or train_max_length
-    if split not in eval_documents:
-      eval_documents[split] = tokenize(split)
-    if (split, length) not in eval_rows:
-      eval_rows[split, length] = int(largest_over_hosts(len(eval_documents[split].pieces(length)), shard_count,
-                                                        "eval batches"))
-    return lm_eval_dataset(eval_documents[split], batch_size=eval_batch_size or batch_size, max_length=length,
-                           min_rows=eval_rows[split, length])
 
-  def documents(split: str) -> list[str]:
-    if split not in texts:
-      texts[split] = [document["text"] for document in load(split)]
-    return texts[split]
+def document_splits(dataset: str, tokenizer: Tokenizer, *, shard_index: int | None, shard_count: int | None,
+                    **kwargs) -> DocumentSplits:
+  """`DocumentSplits` of this host: `shard_index`, `shard_count` default to `jax.process_index()`,
+  `jax.process_count()`."""
+  return DocumentSplits(dataset, tokenizer, shard_index=jax.process_index() if shard_index is None else shard_index,
+                        shard_count=jax.process_count() if shard_count is None else shard_count, **kwargs)
 
-  def split_bytes(split: str) -> int:
-    if split not in sizes_in_bytes:
-      texts_of_split = texts[split] if split in texts else (document["text"] for document in load(split))
-      sizes_in_bytes[split] = sum(len(text.encode("utf-8")) + 1 for text in texts_of_split)
-    return sizes_in_bytes[split]
 
-  return LMDatasets(train=train, train_documents=train_documents, eval_batches=eval_batches,
-                    split_bytes=split_bytes, documents=documents, pack=pack, max_length=max_length,
-                    shard_index=shard_index, shard_count=shard_count, split_sizes=split_sizes)
+def training_documents(splits: DocumentSplits) -> TokenizedDocuments:
+  """This host's tokenized training documents of `splits`; refuses a host without any."""
+  documents = splits.tokenized("train")
+  if not len(documents):
+    raise ValueError(f"host {splits.shard_index} of {splits.shard_count} has no training documents (the split has "
+                     f"{splits.split_sizes['train']}); use fewer hosts or more documents.")
+  return documents

@@ -32,9 +32,10 @@ from absl import logging
 from etils import epath
 
 from jformer import coordination, paths
-from jformer.data.sources import bundled_corpus_path, bundled_text_path, load_split, synthetic_entry
+from jformer.data.mixture import dataset_paths
+from jformer.data.sources import bundled_corpus_path, bundled_text_path, synthetic_entry
 from jformer.data.tokenizer import Tokenizer
-from jformer.data.workdir import load_tokenizer, source_args, vocab_path
+from jformer.data.workdir import load_tokenizer, source_args, train_splits, vocab_path
 
 LOCK_FILE = ".jformer_prepare.lock"
 T = TypeVar("T")
@@ -58,7 +59,7 @@ def prepare(config, workdir: str) -> Tokenizer:
   def prepare_here() -> Tokenizer:
     with folder_lock(args["data_dir"]):
       with no_space_said(args["data_dir"], config):
-        load_split(config.data.dataset, "train", **args)  # the first load builds the dataset's tfds files.
+        train_splits(config, workdir)  # the first load builds the datasets' tfds files.
     with folder_lock(vocab_path(config, workdir).parent):
       with no_space_said(vocab_path(config, workdir).parent, config):
         return load_tokenizer(config, workdir)
@@ -89,20 +90,21 @@ def no_space_said(folder: epath.PathLike, config) -> Iterator[None]:
 
 
 def corpus_bytes(config) -> int:
-  """The uncompressed size of a folder dataset's text (`parallel_text`/`text` with `data.path`, or the bundled
-  corpora), 0 when unknown (tfds datasets); the prepared ArrayRecord files take about as much again."""
-  if config.data.dataset not in ("parallel_text", "text"):
-    return 0
-  folder = config.data.path or (bundled_corpus_path() if config.data.dataset == "parallel_text" else
-                                bundled_text_path())
+  """The uncompressed size of the folder datasets' text (`parallel_text`/`text` with a path, or the bundled corpora:
+  `data.dataset`'s, or each `data.mixture` source's), 0 for tfds datasets; the prepared ArrayRecord files take
+  about as much again."""
   total = 0
-  for file in pathlib.Path(os.fspath(paths.absolute(folder))).glob("*"):
-    if file.suffix == ".gz":  # gzip keeps the uncompressed size (mod 2^32) in its last 4 bytes.
-      with open(file, "rb") as f:
-        f.seek(-4, os.SEEK_END)
-        total += int.from_bytes(f.read(4), "little")
-    elif file.is_file():
-      total += file.stat().st_size
+  for dataset, path in dataset_paths(config):
+    if dataset not in ("parallel_text", "text"):
+      continue
+    folder = path or (bundled_corpus_path() if dataset == "parallel_text" else bundled_text_path())
+    for file in pathlib.Path(os.fspath(paths.absolute(folder))).glob("*"):
+      if file.suffix == ".gz":  # gzip keeps the uncompressed size (mod 2^32) in its last 4 bytes.
+        with open(file, "rb") as f:
+          f.seek(-4, os.SEEK_END)
+          total += int.from_bytes(f.read(4), "little")
+      elif file.is_file():
+        total += file.stat().st_size
   return total
 
 

@@ -14,7 +14,9 @@ import jax
 from etils import epath
 
 from jformer import paths
+from jformer.data import mixture as mixture_lib
 from jformer.data.checks import check_vocab
+from jformer.data.documents import DocumentSource
 from jformer.data.sources import load_split, synthetic_entry, training_texts
 from jformer.data.synthetic.dataset import TaskVocabulary
 from jformer.data.tokenizer import Tokenizer, get_tokenizer
@@ -30,6 +32,22 @@ def source_args(config, workdir: epath.PathLike) -> dict:
               source_lang=config.data.source_lang, target_lang=config.data.target_lang)
 
 
+def train_splits(config, workdir: epath.PathLike) -> list:
+  """The train splits the run reads (building their tfds files the first time): `data.dataset`'s, or each
+  `data.mixture` source's, where one that holds no documents is refused in one line (`mixture.refusal`)."""
+  args = source_args(config, workdir)
+  mixture = mixture_lib.sources_of(config)
+  if not mixture:
+    return [load_split(config.data.dataset, "train", **args)]
+  splits = []
+  for source in mixture:
+    split = load_split(source.dataset, "train", **{**args, "path": source.path})
+    if not isinstance(split, DocumentSource):
+      raise ValueError(mixture_lib.refusal(source, "translation pairs (another task)"))
+    splits.append(split)
+  return splits
+
+
 def vocab_path(config, workdir: epath.PathLike) -> epath.Path:
   """Where the run's SentencePiece model is: `data.vocab_path`, or `<workdir>/vocab/spm_<vocab_size>.model`."""
   return epath.Path(config.data.vocab_path or epath.Path(workdir) / "vocab" / f"spm_{config.model.vocab_size}.model")
@@ -37,7 +55,8 @@ def vocab_path(config, workdir: epath.PathLike) -> epath.Path:
 
 def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer | TaskVocabulary:
   """The run's SentencePiece model: `data.vocab_path` (which must exist), or trained once into `<workdir>/vocab/`
-  on the training split (`sources.training_texts`: both sides of the pairs, or the documents' lines) and reused.
+  on the training split (`sources.training_texts`: both sides of the pairs, or the documents' lines; every source's,
+  for a `data.mixture`) and reused.
   A language model's vocabulary is lossless (`train_tokenizer`), so that its bits per byte count every byte.
   A synthetic task's vocabulary is its own token ids (`TaskVocabulary`): nothing is trained, read or written.
 
@@ -59,7 +78,7 @@ def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer | TaskVocabular
   if config.data.vocab_path:
     check_vocab(config.data.vocab_path, config.model.vocab_size)
   tokenizer = get_tokenizer(
-      path, lambda: training_texts(load_split(config.data.dataset, "train", **source_args(config, workdir))),
+      path, lambda: (text for split in train_splits(config, workdir) for text in training_texts(split)),
       vocab_size=config.model.vocab_size, max_sentences=config.data.spm_max_sentences,
       lossless=config.model.architecture == "lm")
   if not record.exists() and jax.process_index() == 0:

@@ -5,7 +5,9 @@ Model-call convention (`TokensToLogits`): `tokens_to_logits(ids, cache) -> (logi
 int32 `[N, 1]` (the previous token of each of N flat rows; the first step gets the row's start token: `BOS_ID`, or
 for a language model continuing a prompt, the prompt's last token), `logits` is `[N, vocab]`
 for the next token, and `cache` is any pytree whose leaves with ndim >= 1 are row-wise (leading dimension N) while
-scalar leaves (e.g. a shared cache index) belong to all rows and are never tiled or gathered.
+scalar leaves (e.g. a shared cache index) belong to all rows and are never tiled or gathered. A scanned stack's
+cache (`model.scan_layers`: the leaves under its `layers` key, `jformer.models.layout.STACKED`) holds its layers on
+axis 0 and its rows on axis 1 (`row_axis`), its per-layer counters `[num_layers]` belonging to all rows.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from jformer.models.layout import STACKED
 from jformer.ops.tokens import BOS_ID, EOS_ID, PAD_ID
 
 PyTree = Any
@@ -31,14 +34,29 @@ def flat_batch_beam_expand(x: jax.Array, beam_size: int) -> jax.Array:
   return jnp.repeat(x, beam_size, axis=0)
 
 
+def row_axis(path) -> int:
+  """The axis holding the rows of the cache leaf at `path` (a `jax.tree_util` key path): 1 under a scanned stack's
+  `layers` (its layers on axis 0), else 0."""
+  return 1 if any(getattr(key, "key", None) == STACKED for key in path) else 0
+
+
+def map_rows(fn: Callable[[jax.Array, int], jax.Array], cache: PyTree) -> PyTree:
+  """`fn(leaf, axis)` on every row-wise leaf of `cache` (rows on `axis`, `row_axis`); the leaves of no more
+  dimensions than that axis (a shared counter: a scalar, or a scanned stack's `[num_layers]`) pass through."""
+  def apply(path, x):
+    axis = row_axis(path)
+    return x if jnp.ndim(x) <= axis else fn(x, axis)
+  return jax.tree_util.tree_map_with_path(apply, cache)
+
+
 def expand_cache(cache: PyTree, beam_size: int) -> PyTree:
-  """`flat_batch_beam_expand` on every row-wise leaf of `cache`; scalar leaves pass through unchanged."""
-  return jax.tree.map(lambda x: x if jnp.ndim(x) == 0 else flat_batch_beam_expand(x, beam_size), cache)
+  """`flat_batch_beam_expand` on every row-wise leaf of `cache` (`map_rows`)."""
+  return map_rows(lambda x, axis: jnp.repeat(x, beam_size, axis=axis), cache)
 
 
 def gather_cache_rows(cache: PyTree, rows: jax.Array) -> PyTree:
-  """Row `r` of every row-wise leaf becomes row `rows[r]` of the input; scalar leaves pass through unchanged."""
-  return jax.tree.map(lambda x: x if jnp.ndim(x) == 0 else x[rows], cache)
+  """Row `r` of every row-wise leaf becomes row `rows[r]` of the input (`map_rows`)."""
+  return map_rows(lambda x, axis: jnp.take(x, rows, axis=axis), cache)
 
 
 def row_limits(max_lengths: jax.Array | None, batch_size: int, max_decode_len: int) -> jax.Array:

@@ -17,7 +17,7 @@ from absl import logging
 from flax import traverse_util
 
 from jformer import text
-from jformer.decode.common import flat_batch_beam_expand
+from jformer.decode.common import expand_cache, flat_batch_beam_expand
 from jformer.decode.distributed import RowParallel, raw_key
 from jformer.decode.search import search
 from jformer.models.layers import CROSS_KEY, CROSS_VALUE
@@ -80,7 +80,8 @@ def translate_ids(model, params, inputs_BxS, *, max_decode_len: int, method: str
 
   def step_for(rows_per_sentence: int):
     expand = functools.partial(flat_batch_beam_expand, beam_size=rows_per_sentence)
-    return make_tokens_to_logits(model, params, expand(encoded), expand(inputs_BxS), jax.tree.map(expand, fixed_cache))
+    return make_tokens_to_logits(model, params, expand(encoded), expand(inputs_BxS),
+                                 expand_cache(fixed_cache, rows_per_sentence))
 
   return search(step_for, cache, method=method, batch_size=batch, max_decode_len=max_decode_len, beam_size=beam_size,
                 alpha=alpha, rng=rng, temperature=temperature, top_k=top_k, top_p=top_p, max_lengths=max_lengths)

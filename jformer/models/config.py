@@ -23,9 +23,6 @@ from jformer.schema import Registered, field
 
 NORMS = ("post", "pre")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
-# Decoding keeps a cache per layer, which the decoders (beam reordering, cross-attention keys) index by layer name.
-SCAN_DECODE_REFUSAL = ("model.scan_layers=True does not decode yet (the decode cache is per layer): decode with "
-                       "model.scan_layers=False and the parameters converted by jformer.models.unstack_layer_params")
 
 
 @functools.lru_cache(maxsize=64)
@@ -259,10 +256,7 @@ class TransformerConfig:
 
   def attention_refusal(self, *, decoding: bool = False) -> str | None:
     """Why the variant cannot serve this use (a feature it lacks that `needs` asks for, each named with why), None
-    if it can; with `decoding`, also a scanned model (`SCAN_DECODE_REFUSAL`: the decoders refuse it, BLEU is
-    skipped)."""
-    if decoding and self.scan_layers:
-      return SCAN_DECODE_REFUSAL
+    if it can."""
     for kind in dict.fromkeys(self.layer_pattern):  # each kind's self-attention (the model's serves cross-attention).
       reason = self.kind_configs[kind].attention_refusal(decoding=decoding)
       if reason:

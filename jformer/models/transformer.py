@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from jformer import axes
 from jformer.models import remat as remat_lib
-from jformer.models.config import SCAN_DECODE_REFUSAL, TransformerConfig
+from jformer.models.config import TransformerConfig
 from jformer.models.layers import (AddPositions, AttentionBias, Dropout, Embed, FeedForward, MultiHeadAttention, norm,
                                    residual)
 from jformer.ops.softcap import soft_cap
@@ -166,8 +166,9 @@ def run_stack(stack: nn.Module, num_layers: int, causal: bool, x_BxLxD, encoded_
   Looped (default): layers `layer_0`, `layer_1`, ... each with its own parameters; `model.remat` 'full'/'auto'
   recompute through `run_layer` (models/remat.py says why), a named policy through `nn.remat`. Scanned
   (`model.scan_layers`): one `nn.scan` over the layers, parameters `layers/...` stacked on a leading
-  `[num_layers]` axis (no logical axis name: replicated), masks, positions and the encoder output broadcast to
-  every layer, a dropout key per layer; its body is rematerialized by `nn.remat` with the `model.remat` policy.
+  `[num_layers]` axis (no logical axis name: replicated), and so is the decode cache (its rows on axis 1, where
+  the decoders find them: `decode.common.row_axis`), masks, positions and the encoder output broadcast to every
+  layer, a dropout key per layer; its body is rematerialized by `nn.remat` with the `model.remat` policy.
   With a pattern of p > 1 kinds the scan runs over the pattern's num_layers / p repeats, the body a `LayerPeriod`:
   parameters `layers/layer_j/...` (j < p) stacked `[num_layers / p, ...]`.
   """
@@ -193,9 +194,9 @@ def run_stack(stack: nn.Module, num_layers: int, causal: bool, x_BxLxD, encoded_
     for i in range(num_layers):
       x_BxLxD = body(cfg, **flags, **layer(i), name=f"layer_{i}")(x_BxLxD, *arguments)
     return x_BxLxD
-  scan = nn.scan(body, variable_axes={"params": 0, "intermediates": 0}, split_rngs={"params": True, "dropout": True},
-                 in_axes=(nn.broadcast,) * len(arguments), length=num_layers // period,
-                 metadata_params={nn.PARTITION_NAME: None})
+  scan = nn.scan(body, variable_axes={"params": 0, "intermediates": 0, "cache": 0},
+                 split_rngs={"params": True, "dropout": True}, in_axes=(nn.broadcast,) * len(arguments),
+                 length=num_layers // period, metadata_params={nn.PARTITION_NAME: None})
   one_kind = {} if period > 1 else {**layer(0), "scanned": True}
   return scan(cfg, **flags, **one_kind, name="layers")(x_BxLxD, *arguments)[0]
 
@@ -257,8 +258,6 @@ class Decoder(nn.Module):
   def __call__(self, targets_BxT, encoded_BxSxD=None, *, positions_BxT=None, segmentation_BxT=None,
                encoder_segment_ids_BxS=None, deterministic=True, decode=False, return_hidden=False):
     cfg = self.config
-    if decode and cfg.scan_layers:
-      raise ValueError(SCAN_DECODE_REFUSAL)
     if decode:  # the caller feeds the previous token; the cache holds the rest.
       y_BxT, segment_ids_BxT, positions_BxT = targets_BxT, None, None
     else:

@@ -1,5 +1,6 @@
-"""Decoder-only language modelling (`model.architecture="lm"`): documents; eval loss, accuracy, perplexity and bits
-per byte; the xz baseline; test bits per byte at data.max_length and at each train.eval_lengths."""
+"""Decoder-only language modelling (`model.architecture="lm"`): documents (of one dataset, or a `data.mixture`'s);
+eval loss, accuracy, perplexity and bits per byte (and each mixture source's); the xz baseline; test bits per byte
+at data.max_length and at each train.eval_lengths."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ class LanguageModelTask:
 
   A split's bits per byte is the sum of its token NLLs (every token of every document once, EOS included) in bits
   over its UTF-8 bytes (`split_bytes`: each document + 1 for its end). The xz baseline of the valid split given the
-  train split (`jformer.data.baselines.xz_bits_per_byte`) is computed on the same bytes.
+  train split (`jformer.data.baselines.xz_bits_per_byte`) is computed on the same bytes. A mixture's split is every
+  source's together; each source's bits per byte is reported too (`bits_per_byte/<source>`).
   """
   test_every = 0  # nothing to decode during training.
 
@@ -34,22 +36,36 @@ class LanguageModelTask:
   def build(cls, config, workdir, tokenizer: data.Tokenizer) -> LanguageModelTask:
     """The task with `config.data`'s documents for this host (`data.make_lm_datasets`)."""
     where = data.source_args(config, workdir)
-    return cls(config, data.make_lm_datasets(
-        dataset=config.data.dataset, tokenizer=tokenizer, batch_size=per_host(config.data.batch_size, "batch_size"),
-        max_length=config.data.max_length, pack=config.data.pack, seed=config.data.seed,
-        eval_batch_size=per_host(config.data.eval_batch_size, "eval_batch_size"), path=where["path"],
-        data_dir=where["data_dir"]))
+    rows = dict(tokenizer=tokenizer, batch_size=per_host(config.data.batch_size, "batch_size"),
+                max_length=config.data.max_length, pack=config.data.pack, seed=config.data.seed,
+                eval_batch_size=per_host(config.data.eval_batch_size, "eval_batch_size"), data_dir=where["data_dir"])
+    mixture = data.mixture_sources(config)
+    if mixture:
+      return cls(config, data.make_mixture_datasets(mixture, **rows))
+    return cls(config, data.make_lm_datasets(dataset=config.data.dataset, path=where["path"], **rows))
 
   def evaluate(self, eval_step, params, split: str = "valid", max_length: int | None = None) -> dict:
     """Loss, accuracy, perplexity and bits per byte of `split`, read in pieces of at most `max_length` tokens
-    (default data.max_length), each from position 0."""
-    sums = eval_sums(eval_step, params, self.datasets.eval_batches(split, max_length=max_length))
-    return {**token_metrics(sums), "bits_per_byte": bits_per_byte(sums["nll_sum"], self.datasets.split_bytes(split))}
+    (default data.max_length), each from position 0; with a mixture, also each source's `bits_per_byte/<source>`
+    (the source's NLL over its bytes; the split's: all sources' NLL over all their bytes)."""
+    sources = getattr(self.datasets, "sources", {})
+    if not sources:
+      sums = eval_sums(eval_step, params, self.datasets.eval_batches(split, max_length=max_length))
+      return {**token_metrics(sums), "bits_per_byte": bits_per_byte(sums["nll_sum"],
+                                                                    self.datasets.split_bytes(split))}
+    each = {name: eval_sums(eval_step, params, part.eval_batches(split, max_length)) for name, part in sources.items()}
+    sums = {key: sum(source_sums[key] for source_sums in each.values()) for key in next(iter(each.values()))}
+    return {**token_metrics(sums), "bits_per_byte": bits_per_byte(sums["nll_sum"], self.datasets.split_bytes(split)),
+            **{f"bits_per_byte/{name}": bits_per_byte(each[name]["nll_sum"], part.split_bytes(split))
+               for name, part in sources.items()}}
 
   @staticmethod
   def eval_line(metrics: dict) -> str:
+    each = ", ".join(f"{key.partition('/')[2]} {value:.4f}" for key, value in metrics.items()
+                     if key.startswith("bits_per_byte/"))
     return (f"loss {metrics['loss']:.4f} | accuracy {metrics['accuracy']:.3f} | perplexity "
-            f"{metrics['perplexity']:.2f} | bits per byte {metrics['bits_per_byte']:.4f}")
+            f"{metrics['perplexity']:.2f} | bits per byte {metrics['bits_per_byte']:.4f}"
+            + (f" ({each})" if each else ""))
 
   def xz_baseline(self) -> float:
     """Bits per byte of `xz -9` on the valid split given the train split (seconds on a few MB)."""

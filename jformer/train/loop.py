@@ -36,6 +36,7 @@ from jformer.models.summary import param_shapes
 from jformer.parallel import say
 from jformer.train import averaging, optim, workdir_lock
 from jformer.train.budget import Budget, stored_plan
+from jformer.train.cost import StepCost, StepProfile, peak_memory
 from jformer.train.preemption import Preempted, Preemption
 from jformer.train.progress import Progress, format_duration, write_json
 from jformer.train.runner import eval_step_for_host_params, make_runner, placement
@@ -181,6 +182,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
     say(f"resumed from step {checkpointer.latest_step()} ({checkpointer.directory})")
   start_step = int(runner.checkpoint_view(state).step)
 
+  cost = StepCost.of(model.config, config.data.max_length)  # on a CPU a short matmul probe, before any clock starts.
+  say(f"cost: {cost.describe()}")
   budget = Budget(config, workdir, start_step)  # train.steps, or train.budget_minutes's plan (None until made).
 
   def rescheduled(runner):  # a cool-down needs the final total: the steps compile again (the plan reserved it).
@@ -202,7 +205,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
         checkpointer.keep(steps)
     return averaging_at
 
-  progress = Progress(workdir, budget.total_steps, start_step)
+  progress = Progress(workdir, budget.total_steps, start_step, cost, getattr(datasets, "tokens_by_source", None))
+  profile = StepProfile(workdir, config.train.profile_steps, progress.paused)  # a jax.profiler trace of steps.
   # Every phase's results merge into what the run wrote before (a rerun after the training finished only tests).
   results = {**read_results(workdir), "step": start_step, "finished": False,
              "skipped_updates": int(runner.checkpoint_view(state).skipped_updates)}
@@ -228,7 +232,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
         if temp_bytes is not None:
           results["step_temp_mib"] = temp_bytes / 2**20
           say(f"train step: {results['step_temp_mib']:,.1f} MiB of temporary memory per device (compiled)")
+      profile.before(step)
       state, metrics = runner.train_step(state, batch)
+      profile.after(step, state)
       totals = runner.add_to_totals(totals, metrics)
       progress.step(input_tokens, timed=step > start_step + 1)  # the first step includes compilation.
       evaluated = budget.after_step(step, state, lambda log: evaluate(step, log))  # planning: times an evaluation.
@@ -249,7 +255,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
         totals, unread = runner.new_totals(), step + 1
       if log:
         averages = progress.report(step)
-        results.update(step=step, train_loss=averages["loss"], tokens_per_second=averages["tokens_per_second"])
+        results.update(step=step, train_loss=averages["loss"], tokens_per_second=averages["tokens_per_second"],
+                       **{f"train_{k}": v for k, v in averages.items() if k.startswith("tokens/")})
       if evaluate_now:
         evaluate(step)
       if test_now:
@@ -271,6 +278,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
     if trained:
       results["train_seconds"] = progress.train_seconds + 0.0
       results["tokens_per_second"] = progress.train_tokens / max(progress.train_seconds, 1e-9)
+      results["mfu"] = cost.mfu(results["tokens_per_second"])
+      results.update([peak_memory()])
       write_json(workdir / RESULTS_FILE, results)  # the training's results, before the (resumable) final test.
     preemption.check("before the final test")
     params = runner.host_params(state)
@@ -292,5 +301,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
         + (f", {trained_line}" if trained_line else "") + f"; results in {workdir / RESULTS_FILE}")
     return results
   finally:
+    profile.close()
     checkpointer.close()
     progress.close()

@@ -1,4 +1,5 @@
-"""Console progress lines (steps/s, tokens/s, ETA) and TensorBoard scalars, written by process 0 only.
+"""Console progress lines (steps/s, tokens/s, MFU, peak memory, ETA) and TensorBoard scalars, written by process 0
+only.
 
 TensorBoard event files go to `<workdir>/tensorboard/`, local or on an object store (gs://, s3://, az://) through
 `etils.epath`.
@@ -11,12 +12,14 @@ import io
 import json
 import os
 import time
+from typing import Callable
 
 import jax
 from etils import epath
 
 from jformer import paths
 
+from jformer.train import cost as cost_lib
 from jformer.train import step as step_lib
 
 
@@ -27,15 +30,19 @@ def format_duration(seconds: float) -> str:
 
 
 class Progress:
-  """Averages step metrics between reports and prints `step | loss | acc | lr | steps/s | tokens/s | ETA`.
+  """Averages step metrics between reports and prints `step | loss | acc | lr | steps/s | tokens/s | MFU | memory |
+  ETA` (MFU and memory with a `cost`, `jformer.train.cost`; the memory as "mem" or, on a CPU, "RSS"), and each
+  source's training tokens so far when `tokens_by_source` gives them (a `data.mixture`: `tokens/<source>`).
 
   The loop counts each step with `step` (host numbers only) and adds the train step's totals with `add` whenever
   it reads them from the device (every `train.log_every` steps, and before eval and checkpoints).
   """
 
-  def __init__(self, workdir: epath.PathLike, total_steps: int | None, start_step: int):
+  def __init__(self, workdir: epath.PathLike, total_steps: int | None, start_step: int,
+               cost: cost_lib.StepCost | None = None, tokens_by_source: Callable[[], dict] | None = None):
     self.is_chief = jax.process_index() == 0
-    self.total_steps, self.start_step = total_steps, start_step
+    self.total_steps, self.start_step, self.cost = total_steps, start_step, cost
+    self.tokens_by_source = tokens_by_source or dict
     self.writer = None
     if self.is_chief:
       from tensorboardX import SummaryWriter, record_writer  # No TensorFlow needed.
@@ -76,6 +83,17 @@ class Progress:
     averages = step_lib.averages(self._sums) if self._sums else {}
     averages["steps_per_second"] = self._timed_steps / elapsed
     averages["tokens_per_second"] = self._tokens / elapsed
+    cost = ""
+    if self.cost is not None:  # MFU of timed steps only; the peak memory so far.
+      name, mib = cost_lib.peak_memory()
+      averages[name] = mib
+      if self._timed_steps:
+        averages["mfu"] = self.cost.mfu(averages["tokens_per_second"])
+      mfu = f"{100 * averages['mfu']:.1f}%" if "mfu" in averages else "--"
+      cost = f" | MFU {mfu} | {cost_lib.MEMORY_LABELS[name]} {mib:,.0f} MiB"
+    by_source = self.tokens_by_source()
+    averages.update({f"tokens/{name}": count for name, count in by_source.items()})
+    sources = (" | tokens " + ", ".join(f"{name} {count:,}" for name, count in by_source.items())) if by_source else ""
     self.train_seconds += elapsed
     self.train_tokens += self._tokens
     # No ETA before a timed step (the first, compiling step is not timed): it would divide by zero steps/s; nor
@@ -86,8 +104,8 @@ class Progress:
       print(f"step {step:>6}/{self.total_steps or '?'} | loss {averages.get('loss', float('nan')):.4f} | "
             f"acc {averages.get('accuracy', float('nan')):.3f} | lr {averages.get('learning_rate', 0):.2e} | "
             f"|g| {averages.get('grad_norm', 0):.2f} | {averages['steps_per_second']:.2f} steps/s | "
-            f"{averages['tokens_per_second']:,.0f} tok/s | ETA {eta}"
-            + (f" | z-loss {averages['z_loss']:.2e}" if averages.get("z_loss") else ""), flush=True)
+            f"{averages['tokens_per_second']:,.0f} tok/s{cost} | ETA {eta}"
+            + (f" | z-loss {averages['z_loss']:.2e}" if averages.get("z_loss") else "") + sources, flush=True)
       self.scalars(step, averages, prefix="train/")
     self._reset(now)
     return averages
