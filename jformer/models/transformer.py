@@ -295,11 +295,11 @@ class Transformer(nn.Module):
 
   def setup(self):
     cfg = self.config
+    embed = lambda name: Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype, cfg.scale_embeddings, name=name)
     if cfg.share_embeddings:
-      source_embed = target_embed = Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype, name="shared_embedding")
+      source_embed = target_embed = embed("shared_embedding")
     else:
-      source_embed = Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype, name="source_embedding")
-      target_embed = Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype, name="target_embedding")
+      source_embed, target_embed = embed("source_embedding"), embed("target_embedding")
     self.encoder = Encoder(cfg, source_embed, self.mesh)
     self.decoder = Decoder(cfg, target_embed, self.mesh)
 
