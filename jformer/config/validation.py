@@ -56,6 +56,9 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
   if bad_lengths:
     problems.append(f"train.eval_lengths={tuple(train.eval_lengths)}: {bad_lengths} not whole numbers from 2 "
                     f"to model.max_length={model.max_length}; give e.g. train.eval_lengths=(256, 512)")
+  if not model.predicts_padding and train.label_smoothing > 0:
+    problems.append(f"train.label_smoothing={train.label_smoothing} spreads target mass onto the padding id, whose "
+                    "logit model.predicts_padding=False masks out: set train.label_smoothing=0")
   if data.batch_size % train.grad_accumulation_steps:
     problems.append(f"data.batch_size={data.batch_size} is not divisible by "
                     f"train.grad_accumulation_steps={train.grad_accumulation_steps}")

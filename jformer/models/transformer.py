@@ -15,6 +15,7 @@ from jformer.models import remat as remat_lib
 from jformer.models.config import SCAN_DECODE_REFUSAL, TransformerConfig
 from jformer.models.layers import (AddPositions, AttentionBias, Dropout, Embed, FeedForward, MultiHeadAttention, norm,
                                    residual)
+from jformer.ops import padding_logit
 from jformer.ops.softcap import soft_cap
 
 
@@ -245,7 +246,8 @@ class Decoder(nn.Module):
 
   With `encoded=None` the layers have no encoder-decoder attention: the decoder-only language model.
   The logits are y E^T with E the target embedding (tied, paper Sec. 3.4) or a separate output embedding
-  `[V, D]`, soft-capped when `model.final_logit_softcap` > 0. With `return_hidden=True` the call returns
+  `[V, D]`, soft-capped when `model.final_logit_softcap` > 0, the padding id's masked when not
+  `model.predicts_padding` (`jformer.ops.padding_logit`). With `return_hidden=True` the call returns
   `(y [B, T, D], E [V, D])` instead, for a loss that projects chunk by chunk (`ops.linear_cross_entropy`, given
   the same soft-cap) rather than holding `[B, T, V]` logits.
   """
@@ -275,8 +277,10 @@ class Decoder(nn.Module):
     output_embed = self.embed if cfg.tie_output_embedding else Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype,
                                                                        name="output_embedding")
     if return_hidden:
-      return y_BxTxD.astype(cfg.compute_dtype), output_embed.embedding
-    return soft_cap(output_embed.attend(y_BxTxD).astype(jnp.float32), cfg.final_logit_softcap)
+      hidden = y_BxTxD.astype(cfg.compute_dtype), output_embed.embedding
+      return hidden if cfg.predicts_padding else padding_logit.mask_row(*hidden)
+    logits = soft_cap(output_embed.attend(y_BxTxD).astype(jnp.float32), cfg.final_logit_softcap)
+    return logits if cfg.predicts_padding else padding_logit.mask_logit(logits)
 
 
 class Transformer(nn.Module):
