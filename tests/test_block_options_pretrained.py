@@ -81,3 +81,33 @@ def test_qkv_bias_adds_the_three_biases_the_key_one_turned_by_rotary_positions()
   np.testing.assert_allclose(got, formula(params), rtol=1e-5, atol=1e-5)
   no_key_bias = {**params, "key": {**params["key"], "bias": jnp.zeros_like(params["key"]["bias"])}}
   assert np.abs(np.asarray(got) - np.asarray(formula(no_key_bias))).max() > 1e-3
+
+
+def test_predicts_padding_false_masks_the_padding_logit_in_the_logits_and_the_fused_loss():
+  """logits[..., 0] = -1e9, the others unchanged; the loss the train step computes from the hidden states (the
+  fused projection, `ops.padding_logit.mask_row`) is the cross-entropy of those masked logits, its gradient too."""
+  from jformer.models import LanguageModel
+  from jformer.ops.linear_cross_entropy import linear_cross_entropy_sums
+
+  fields = dict(architecture="lm", vocab_size=12, d_model=8, num_heads=2, d_ff=16, num_decoder_layers=1)
+  targets = jnp.array([[3, 5, 1, 0], [7, 1, 0, 0]])
+  plain, masked = (LanguageModel(TransformerConfig(**fields, predicts_padding=p)) for p in (True, False))
+  params = perturbed(plain.init(jax.random.PRNGKey(0), targets)["params"])
+  logits, got = plain.apply({"params": params}, targets), masked.apply({"params": params}, targets)
+  np.testing.assert_array_equal(got[..., 1:], logits[..., 1:])
+  assert (got[..., 0] == -1e9).all()
+  weights = (targets != 0).astype(jnp.float32)
+
+  def fused(params):
+    return linear_cross_entropy_sums(*masked.apply({"params": params}, targets, return_hidden=True), targets,
+                                     weights).loss
+
+  def formula(params):
+    log_p = jax.nn.log_softmax(masked.apply({"params": params}, targets), -1)
+    return -jnp.sum(weights * jnp.take_along_axis(log_p, targets[..., None], -1)[..., 0])
+
+  np.testing.assert_allclose(fused(params), formula(params), rtol=1e-5)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), jax.grad(fused)(params),
+               jax.grad(formula)(params))
+  with pytest.raises(ValueError, match="predicts_padding=False masks the padding logit before final_logit_softcap"):
+    TransformerConfig(**fields, predicts_padding=False, final_logit_softcap=30.0).validate()
