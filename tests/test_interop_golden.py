@@ -44,9 +44,10 @@ def hf_outputs(folder: pathlib.Path, source: str) -> dict:
     with torch.no_grad():
       golden["logits"] = model(torch.tensor(golden["input_ids"]),
                                attention_mask=torch.tensor(golden["attention_mask"])).logits.numpy()
-    start = json.loads((folder / "config.json").read_text())
-    start = start["bos_token_id"] if start.get("bos_token_id") is not None else start["eos_token_id"]
-    golden["greedy_ids"] = make_fixtures.greedy(model, golden["prompt_ids"], start, golden["greedy_ids"].shape[1])
+    hf = json.loads((folder / "config.json").read_text())
+    start = hf["bos_token_id"] if hf.get("bos_token_id") is not None else hf["eos_token_id"]
+    golden["greedy_ids"] = make_fixtures.greedy(model, golden["prompt_ids"], start, golden["greedy_ids"].shape[1],
+                                                hf["eos_token_id"])
   return golden
 
 
@@ -111,8 +112,11 @@ def test_import_export_import_is_the_identity(imported, tmp_path):
   safetensors_io.write(tmp_path / "model.safetensors", tensors)
   _, again, _ = interop.convert(tmp_path)
   jax.tree.map(np.testing.assert_array_equal, again, params)
-  for key, value in tensors.items():  # and the family's own tensors come back as they were (float16 -> float32).
-    np.testing.assert_array_equal(value, original[key].astype(np.float32), err_msg=key)
+  for key, value in tensors.items():  # and the family's own tensors come back as they were (float16 -> float32),
+    want = original[key].astype(np.float32)
+    if key.endswith("attn.c_attn.bias"):  # but GPT-2's key bias, which softmax ignores (jformer/interop/gpt2.py).
+      want = np.concatenate([third if i != 1 else 0 * third for i, third in enumerate(np.split(want, 3))])
+    np.testing.assert_array_equal(value, want, err_msg=key)
 
 
 def test_an_export_loads_in_transformers_with_the_same_logits(imported, tmp_path):
@@ -130,7 +134,7 @@ def test_an_export_loads_in_transformers_with_the_same_logits(imported, tmp_path
   with torch.no_grad():
     logits = model(torch.tensor(golden["input_ids"]), attention_mask=torch.tensor(golden["attention_mask"])).logits
   real = golden["attention_mask"] == 1
-  np.testing.assert_allclose(logits.numpy()[real], golden["logits"][real], atol=1e-6, rtol=1e-6)
+  np.testing.assert_allclose(logits.numpy()[real], golden["logits"][real], atol=1e-5, rtol=1e-5)
 
 
 def test_safetensors_round_trip_keeps_dtypes_and_bfloat16():

@@ -1,4 +1,4 @@
-"""Pretrained models in and out: Hugging Face checkpoints of the Llama family (Llama, Mistral, Qwen2) imported as a
+"""Pretrained models in and out: Hugging Face checkpoints of the Llama family (Llama, Mistral, Qwen2) and GPT-2 imported as a
 jformer run (`import_hf`) and written back (`export_hf`), through one mapping table per family read both ways
 (`tables`, `family`). Only the command line imports this package."""
 

@@ -30,7 +30,7 @@ from jformer import checkpoint, paths, tasks
 from jformer import config as config_lib
 from jformer.checkpoint import shapes
 from jformer.data.pretrained_vocab import FILE_NAME, PretrainedTokenizer, VocabularyMap
-from jformer.interop import llama  # noqa: F401 (its family registers)
+from jformer.interop import gpt2, llama  # noqa: F401 (their families register)
 from jformer.interop import safetensors_io, tables
 from jformer.interop.family import family_of
 from jformer.models import TransformerConfig

@@ -12,7 +12,7 @@ BPE tokenizer.json, and `golden.npz` holds:
   logits `[B, T, V]`: transformers' float32 logits for them (`model(input_ids, attention_mask=...)`);
   prompt_ids `[B, P]`, greedy_ids `[B, N]`: random prompts and the N tokens greedy decoding adds after the start
     token and the prompt (argmax of a full forward pass per token, the start token never chosen: jformer's decoders
-    never predict id 0).
+    never predict id 0, unless the start token also ends, when jformer has an id of its own for it).
 The weights are drawn at scales that give logits of order 1 (transformers' initializer would give near-uniform
 distributions, which match whatever the conversion does), norm scales and biases away from 1 and 0.
 
@@ -33,14 +33,16 @@ TEXT = ("The old lighthouse keeper climbed the stairs every evening. He lit the 
 SMALL = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              max_position_embeddings=64, bos_token_id=1, eos_token_id=2)
 
-# name -> (architecture, config values): one of each family, varied where the conversion has a choice to make.
+# name -> (model class, config class, config values): one of each family, varied where the conversion has a choice.
 FAMILIES = {
-    "llama": ("LlamaForCausalLM", dict(SMALL, num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=500.0,
-                                       tie_word_embeddings=False)),
-    "mistral": ("MistralForCausalLM", dict(SMALL, num_key_value_heads=1, sliding_window=4, rope_theta=10000.0,
-                                           tie_word_embeddings=True)),
-    "qwen2": ("Qwen2ForCausalLM", dict(SMALL, num_key_value_heads=2, rope_theta=1e6, bos_token_id=None,
-                                       tie_word_embeddings=True)),
+    "llama": ("LlamaForCausalLM", "LlamaConfig", dict(SMALL, num_key_value_heads=2, rms_norm_eps=1e-5,
+                                                      rope_theta=500.0, tie_word_embeddings=False)),
+    "mistral": ("MistralForCausalLM", "MistralConfig", dict(SMALL, num_key_value_heads=1, sliding_window=4,
+                                                            rope_theta=10000.0, tie_word_embeddings=True)),
+    "qwen2": ("Qwen2ForCausalLM", "Qwen2Config", dict(SMALL, num_key_value_heads=2, rope_theta=1e6,
+                                                      bos_token_id=None, tie_word_embeddings=True)),
+    "gpt2": ("GPT2LMHeadModel", "GPT2Config", dict(vocab_size=VOCAB, n_embd=32, n_inner=64, n_layer=2, n_head=4,
+                                                   n_positions=64, bos_token_id=2, eos_token_id=2)),
 }
 
 
@@ -76,8 +78,9 @@ def randomize(model, seed: int) -> None:
         param.copy_(noise / param.shape[1] ** 0.5)
 
 
-def greedy(model, prompts: np.ndarray, start: int, steps: int) -> np.ndarray:
-  """N tokens of greedy decoding after [start] + each prompt, a full forward pass per token, start never chosen."""
+def greedy(model, prompts: np.ndarray, start: int, steps: int, end: int) -> np.ndarray:
+  """N tokens of greedy decoding after [start] + each prompt, a full forward pass per token; the start token never
+  chosen unless it is also the end token (jformer gives it an id of its own then)."""
   import torch
 
   ids = torch.tensor(np.concatenate([np.full((len(prompts), 1), start), prompts], 1))
@@ -85,7 +88,8 @@ def greedy(model, prompts: np.ndarray, start: int, steps: int) -> np.ndarray:
   with torch.no_grad():
     for _ in range(steps):
       logits = model(ids).logits[:, -1].clone()
-      logits[:, start] = -float("inf")
+      if start != end:
+        logits[:, start] = -float("inf")
       token = logits.argmax(-1, keepdim=True)
       out.append(token)
       ids = torch.cat([ids, token], 1)
@@ -96,9 +100,8 @@ def make(name: str, out: pathlib.Path, seed: int = 0) -> None:
   import torch
   import transformers
 
-  architecture, values = FAMILIES[name]
-  config_class = getattr(transformers, architecture.replace("ForCausalLM", "Config"))
-  model = getattr(transformers, architecture)(config_class(**values)).float().eval()
+  architecture, config_class, values = FAMILIES[name]
+  model = getattr(transformers, architecture)(getattr(transformers, config_class)(**values)).float().eval()
   randomize(model, seed)
   folder = out / name
   folder.mkdir(parents=True, exist_ok=True)
@@ -117,7 +120,7 @@ def make(name: str, out: pathlib.Path, seed: int = 0) -> None:
     logits = model(torch.tensor(input_ids), attention_mask=torch.tensor(mask)).logits.numpy()
   prompts = rng.integers(3, VOCAB, (2, 3))
   np.savez_compressed(folder / "golden.npz", input_ids=input_ids, attention_mask=mask, logits=logits.astype(np.float32),
-                      prompt_ids=prompts, greedy_ids=greedy(model, prompts, start, 6))
+                      prompt_ids=prompts, greedy_ids=greedy(model, prompts, start, 6, values["eos_token_id"]))
   print(f"{folder}: {sum(f.stat().st_size for f in folder.iterdir()) / 1024:.0f} KB")
 
 
