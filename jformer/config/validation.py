@@ -9,6 +9,7 @@ from jformer import data, tasks
 from jformer.config.recipe import parse_rules
 from jformer.config.schema import declared
 from jformer.decode.search import check_options
+from jformer.models import surgery
 from jformer.models.config import TransformerConfig
 from jformer.schema import check_value
 
@@ -56,6 +57,9 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
   if bad_lengths:
     problems.append(f"train.eval_lengths={tuple(train.eval_lengths)}: {bad_lengths} not whole numbers from 2 "
                     f"to model.max_length={model.max_length}; give e.g. train.eval_lengths=(256, 512)")
+  transfer = surgery.transfer_problem(TransformerConfig.from_config(model), train.attention_transfer)
+  if transfer:
+    problems.append(transfer)
   if not model.predicts_padding and train.label_smoothing > 0:
     problems.append(f"train.label_smoothing={train.label_smoothing} spreads target mass onto the padding id, whose "
                     "logit model.predicts_padding=False masks out: set train.label_smoothing=0")

@@ -35,7 +35,7 @@ from jformer.interop import safetensors_io, tables
 from jformer.interop.family import family_of
 from jformer.models import TransformerConfig
 from jformer.models.summary import param_shapes
-from jformer.train import optim
+from jformer.train import transfer
 from jformer.train.loop import write_config
 from jformer.train.state import TrainState
 
@@ -136,7 +136,7 @@ def import_hf(source: str, workdir: epath.PathLike, overrides: dict | None = Non
   for file in folder.iterdir():
     if file.is_file() and file.name not in WEIGHTS and not file.name.endswith((".safetensors", ".bin", ".pt")):
       (kept / file.name).write_bytes(file.read_bytes())
-  tx, _ = optim.build_optimizer(config.optimizer, config.model.d_model, config.train.steps)
+  tx, _ = transfer.run_optimizer(config, config.train.steps)  # the optimizer state a `train` resume expects.
   _, train_rng = jax.random.split(jax.random.PRNGKey(config.train.seed))  # as `init_train_state` splits it.
   state = TrainState(step=np.zeros((), np.int32), params=params, opt_state=tx.init(params), rng=train_rng,
                      skipped_updates=np.zeros((), np.int32))

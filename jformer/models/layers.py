@@ -197,6 +197,10 @@ class MultiHeadAttention(nn.Module):
   cache holds normalized keys; `model.attention_logit_softcap` reaches the variant as `logits_softcap` (a variant
   that does not declare "softcap" is refused when the config is checked).
 
+  Attention transfer: given a `teacher` (the model's config, whose attention this layer's kind replaces) and the
+  'transfer' collection mutable, the layer also runs the teacher's attention on the same queries, keys and values,
+  sows its output's squared error against the teacher's (`transfer_output`) and returns the teacher's output.
+
   Positions reach the attention function's masking only where the index does not imply them: decode steps
   (slot order is not position order) and calls without segment ids. Self-attention with segment ids (training,
   evaluation, packed or not) is masked by index: packed positions count up by one with the index inside each
@@ -209,6 +213,7 @@ class MultiHeadAttention(nn.Module):
   rotary: bool = False
   position_bias: nn.Module | None = None
   mesh: axes.Placement | None = None
+  teacher: TransformerConfig | None = None  # attention transfer: the model's own attention, which this one replaces.
 
   @nn.compact
   def __call__(self, inputs_q_BxTxD, inputs_kv_BxSxD=None, *, q_segment_ids=None, kv_segment_ids=None,
@@ -279,8 +284,15 @@ class MultiHeadAttention(nn.Module):
       if self.is_mutable_collection("intermediates") and not self.is_initializing() and variant.weights:
         self.sow("intermediates", "attention_weights",
                  variant.weights(query_BxTxHxK, key_BxSxGxK, **masking, **options))
-    return Dense((cfg.num_heads, cfg.head_dim), (cfg.d_model,), (axes.HEADS, axes.HEAD_DIM, axes.EMBED),
-                 cfg.compute_dtype, cfg.use_bias, name="out")(out_BxTxHxK)
+    out = Dense((cfg.num_heads, cfg.head_dim), (cfg.d_model,), (axes.HEADS, axes.HEAD_DIM, axes.EMBED),
+                cfg.compute_dtype, cfg.use_bias, name="out")
+    if self.teacher is not None and self.is_mutable_collection(TRANSFER) and not self.is_initializing():
+      masking.pop("params", None)
+      teacher_BxTxHxK = self.teacher.attention_variant.fn(
+          query_BxTxHxK, key_BxSxGxK, value_BxSxGxK, **masking, **dict(self.teacher.attention_options),
+          dropout_rate=0.0, dropout_rng=None, mesh=self.mesh)
+      return transfer_output(self, out(out_BxTxHxK), out(teacher_BxTxHxK), q_segment_ids)
+    return out(out_BxTxHxK)
 
   def _cross_attention_cache(self, project_kv):
     """Encoder-decoder keys and values `[B, S, G, K]` while decoding: projected once, when the cache is created
@@ -343,6 +355,23 @@ class MultiHeadAttention(nn.Module):
     slots = cached_key.value.shape[2]
     # Slots past the current step hold zeros; causal masking by position hides them.
     return heads_major(cached_key.value), heads_major(cached_value.value), jnp.arange(slots)[None, :]
+
+
+# The collection attention transfer (`train.attention_transfer`) sows into: with it mutable, a layer whose attention
+# replaces the model's (`MultiHeadAttention.teacher`) computes both and passes the teacher's output on.
+TRANSFER = "transfer"
+
+
+def transfer_output(module: nn.Module, student_BxTxD: jax.Array, teacher_BxTxD: jax.Array, segment_ids_BxT):
+  """Sows the squared error of the layer's output against the teacher's, summed over the real tokens (segment id
+  != 0) and features, with the count of those tokens x features ('squared_error', 'count'), and returns the
+  teacher's output: each layer learns from the teacher's inputs (LoLCATs' layer-wise attention transfer)."""
+  teacher_BxTxD = jax.lax.stop_gradient(teacher_BxTxD)
+  real_BxT = jnp.ones(student_BxTxD.shape[:2]) if segment_ids_BxT is None else (segment_ids_BxT != 0)
+  error = jnp.square(student_BxTxD.astype(jnp.float32) - teacher_BxTxD.astype(jnp.float32))
+  module.sow(TRANSFER, "squared_error", jnp.sum(error * real_BxT[..., None]))
+  module.sow(TRANSFER, "count", jnp.sum(real_BxT) * student_BxTxD.shape[-1])
+  return teacher_BxTxD
 
 
 def heads_major(x: jax.Array) -> jax.Array:

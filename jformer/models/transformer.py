@@ -63,8 +63,10 @@ class TransformerLayer(nn.Module):
     cfg = self.config
     sub = dict(dropout=Dropout(cfg.dropout_rate), pre_norm=cfg.norm == "pre", deterministic=deterministic)
     own = self.kind_config or cfg
+    replaced = (own.attention, own.attention_options) != (cfg.attention, cfg.attention_options)
     self_attend = MultiHeadAttention(own, causal=self.causal, rotary=own.positional_encoding.acts == "rotary",
-                                     position_bias=self.position_bias, mesh=self.mesh, name="self_attention")
+                                     position_bias=self.position_bias, mesh=self.mesh,
+                                     teacher=cfg if replaced else None, name="self_attention")
     x_BxLxD = residual(
         x_BxLxD, lambda h: self_attend(h, q_segment_ids=segment_ids_BxL, kv_segment_ids=segment_ids_BxL,
                                        q_positions=positions_BxL, kv_positions=positions_BxL,

@@ -34,7 +34,7 @@ from jformer import checkpoint, coordination, data, paths, tasks
 from jformer import config as config_lib
 from jformer.models.summary import param_shapes
 from jformer.parallel import say
-from jformer.train import averaging, optim, workdir_lock
+from jformer.train import averaging, initialize, transfer, workdir_lock
 from jformer.train.budget import Budget, stored_plan
 from jformer.train.preemption import Preempted, Preemption
 from jformer.train.progress import Progress, format_duration, write_json
@@ -162,7 +162,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
   example = {k: jnp.zeros((1, config.data.max_length), jnp.int32) for k in ("inputs", "targets")}
 
   def runner_for(total_steps):  # its learning rate cools down over the last steps of total_steps (None: unknown).
-    tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model, total_steps)
+    tx, schedule = transfer.run_optimizer(config, total_steps)
     return make_runner(config, model, tx, schedule, example)
 
   schedule_steps = None if config.train.budget_minutes else config.train.steps
@@ -179,6 +179,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
     fits = checkpoint.shapes.expected(param_shapes(model))  # a step of another model is named, and skipped.
     state = runner.from_checkpoint(checkpointer.restore(runner.abstract_state(), datasets.train, params=fits))
     say(f"resumed from step {checkpointer.latest_step()} ({checkpointer.directory})")
+  elif config.train.initialize_from:
+    state = initialize.start_from(config, workdir, runner, state)
   start_step = int(runner.checkpoint_view(state).step)
 
   budget = Budget(config, workdir, start_step)  # train.steps, or train.budget_minutes's plan (None until made).
