@@ -12,6 +12,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from flax import traverse_util
 
 from jformer import checkpoint, interop, main
 from jformer.data.pretrained_vocab import PretrainedTokenizer
@@ -76,3 +77,32 @@ def test_import_generate_fine_tune_resume_evaluate_export(tmp_path, text_corpus,
   jax.tree.map(np.testing.assert_array_equal, again, checkpoint.load_run_params(workdir))
   assert refused(["export-hf", f"--workdir={workdir}", exported]) == (
       f"jformer export-hf: error: {exported} is not empty; export into a new folder")
+
+
+def test_attention_surgery_on_an_imported_model_transfers_then_fine_tunes(tmp_path, text_corpus, capsys):
+  """The imported Llama with hedgehog in layer 0 (softmax kept in layer 1): `train --config=<its config.json>
+  --config.train.initialize_from=<it>` copies every parameter it has, 2 transfer steps move only the feature maps,
+  2 fine-tuning steps move the rest; a vocabulary other than the source's is refused in one line."""
+  source = tmp_path / "llama"
+  run(["import-hf", LLAMA, f"--workdir={source}", f"--config.data.path={text_corpus}",
+       "--config.data.max_length=32", "--config.data.batch_size=8", "--config.data.eval_batch_size=8"], capsys)
+  surgery = [f"--config={source / 'config.json'}", f"--config.train.initialize_from={source}",
+             "--config.model.layer_kinds.linear.attention=hedgehog", "--config.model.layer_kinds.global.attention=auto",
+             "--config.model.layer_pattern=('linear', 'global')", "--config.train.attention_transfer=2",
+             "--config.train.steps=2", "--config.train.checkpoint_every=2", "--config.train.eval_every=2"]
+  converted = tmp_path / "converted"
+  message = refused(["train", f"--workdir={tmp_path / 'wrong_vocab'}", *surgery])
+  vocab = f"--config.data.vocab_path={source / 'vocab' / 'pretrained_vocab.json'}"
+  assert message == (f"jformer train: error: train.initialize_from={source}: its parameters belong to its "
+                     f"vocabulary; set {vocab}")
+  out = run(["train", f"--workdir={converted}", *surgery, vocab], capsys)
+  assert "initialized from" in out and "new (initial values): decoder/layer_0/self_attention/hedgehog/key_map" in out
+  imported = traverse_util.flatten_dict(checkpoint.load_run_params(source), sep="/")
+  after_transfer = traverse_util.flatten_dict(checkpoint.load_run_params(converted), sep="/")
+  moved = {path for path in imported if not np.array_equal(imported[path], after_transfer[path])}
+  assert moved == set() and set(after_transfer) - set(imported) == {
+      "decoder/layer_0/self_attention/hedgehog/query_map", "decoder/layer_0/self_attention/hedgehog/key_map"}
+  out = run(["train", f"--workdir={converted}", "--config.train.steps=4"], capsys)  # the run's own config.
+  assert "resumed from step 2" in out and "done: step 4" in out
+  tuned = traverse_util.flatten_dict(checkpoint.load_run_params(converted), sep="/")
+  assert all(not np.array_equal(imported[path], tuned[path]) for path in imported if "norm" not in path)

@@ -10,8 +10,21 @@ from etils import epath
 from flax import traverse_util
 
 from jformer import checkpoint, data, paths
+from jformer import config as config_lib
 from jformer.data.workdir import VOCAB_CHECKSUM
 from jformer.parallel import say
+
+
+def check_source(config, workdir: epath.PathLike) -> None:
+  """Refuses, before anything is written, a `train.initialize_from` that is not a run, or a run that would train its
+  own vocabulary instead of the source's (naming the file to give as data.vocab_path)."""
+  if not config.train.initialize_from or (epath.Path(workdir) / "checkpoints").exists():
+    return
+  source = paths.absolute(config.train.initialize_from)
+  source_vocab = data.vocab_path(config_lib.read_run(source), source)
+  if not config.data.vocab_path:
+    raise ValueError(f"train.initialize_from={source}: its parameters belong to its vocabulary; set "
+                     f"--config.data.vocab_path={source_vocab}")
 
 
 def start_from(config, workdir: epath.PathLike, runner, state):

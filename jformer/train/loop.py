@@ -128,6 +128,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLik
   """
   workdir = paths.absolute(workdir)
   check_resume(config, workdir)  # a changed model, vocabulary or data: one line naming the keys, nothing written.
+  initialize.check_source(config, workdir)  # train.initialize_from without its vocabulary: one line.
   stored_plan(config, workdir)  # another train.budget_minutes than the one planned: one line, nothing written.
   done = finished_results(config, workdir)
   if done is not None:  # run again: one line, nothing changed.
