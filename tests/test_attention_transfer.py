@@ -56,7 +56,8 @@ def test_only_the_new_variant_trains_during_transfer_then_what_trainable_names()
   model = converted()
   config = config_lib.load(config_lib.files.pathlib.Path(__file__).parents[1] / "configs" / "small.py", {
       **{f"model.{k}": v for k, v in FIELDS.items()}, "model.layer_kinds": KINDS,
-      "model.layer_pattern": ("linear", "global"), "train.attention_transfer": 2, "train.trainable": ".*self_attention.*",
+      "model.layer_pattern": ("linear", "global"), "train.attention_transfer": 2,
+      "train.trainable": ".*self_attention.*",
       "train.label_smoothing": 0.0, "optimizer.warmup_steps": 1})
   tx, schedule = transfer.run_optimizer(config, 10)
   params = perturbed(model.init(jax.random.PRNGKey(0), TARGETS)["params"])

@@ -43,7 +43,8 @@ def vocab_path(config, workdir: epath.PathLike) -> epath.Path:
 
 def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer | PretrainedTokenizer | TaskVocabulary:
   """The run's vocabulary: `data.vocab_path` (which must exist), a pretrained model's (`vocab_path`), or a
-  SentencePiece model trained once into `<workdir>/vocab/` on the training split (`sources.training_texts`: both sides of the pairs, or the documents' lines) and reused.
+  SentencePiece model trained once into `<workdir>/vocab/` on the training split (`sources.training_texts`: both
+  sides of the pairs, or the documents' lines) and reused.
   A language model's vocabulary is lossless (`train_tokenizer`), so that its bits per byte count every byte.
   A synthetic task's vocabulary is its own token ids (`TaskVocabulary`): nothing is trained, read or written.
 

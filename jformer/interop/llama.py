@@ -55,7 +55,8 @@ def model_fields(hf: dict) -> dict:
     refuse(name, f"hidden_act='{hf['hidden_act']}' (jformer's gated feed-forward here is SwiGLU, silu)")
   kv_heads = hf.get("num_key_value_heads") or heads
   return {"architecture": "lm", "d_model": d_model, "num_heads": heads,
-          "num_kv_heads": 0 if kv_heads == heads else kv_heads, "d_ff": hf["intermediate_size"], "num_encoder_layers": 0, "num_decoder_layers": hf["num_hidden_layers"],
+          "num_kv_heads": 0 if kv_heads == heads else kv_heads, "d_ff": hf["intermediate_size"],
+          "num_encoder_layers": 0, "num_decoder_layers": hf["num_hidden_layers"],
           "norm": "pre", "normalization": "rmsnorm", "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)),
           "final_norm": True, "activation": "swiglu", "positional": "rotary",
           "positional_options": {"base": _rope_theta(hf, name)}, **_biases(hf, name), **_attention(hf, name),

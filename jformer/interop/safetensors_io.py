@@ -49,7 +49,8 @@ def write(path: epath.PathLike, tensors: Mapping[str, np.ndarray], metadata: Map
   for name in sorted(tensors):
     array = np.ascontiguousarray(tensors[name])
     raw = array.astype(array.dtype.newbyteorder("<")).tobytes()
-    header[name] = {"dtype": NAMES[array.dtype], "shape": list(array.shape), "data_offsets": [offset, offset + len(raw)]}
+    header[name] = {"dtype": NAMES[array.dtype], "shape": list(array.shape),
+                    "data_offsets": [offset, offset + len(raw)]}
     chunks.append(raw)
     offset += len(raw)
   if metadata:

@@ -70,40 +70,45 @@ def _names(names: str | tuple[str, ...]) -> tuple[str, ...]:
   return (names,) if isinstance(names, str) else tuple(names)
 
 
+def _convert(rows: Sequence[Row], arrays: Mapping[str, np.ndarray], num_layers: int, *,
+             to_jformer: bool) -> tuple[dict[str, np.ndarray], set[str]]:
+  """(the arrays the rows make of `arrays`, the names they read), read towards jformer or back."""
+  out, used = {}, set()
+  for row in rows:
+    for names, paths in row.expanded(num_layers):
+      source, target = (names, paths) if to_jformer else (paths, names)
+      missing = [name for name in source if name not in arrays]
+      if missing:
+        raise ValueError(f"the checkpoint lacks {missing} (its family's table reads them); is it complete?"
+                         if to_jformer else f"the parameters lack {missing}, which the family's table writes")
+      transform = row.transform.to_jformer if to_jformer else row.transform.to_pretrained
+      out.update(zip(target, transform(*(np.asarray(arrays[name]) for name in source)), strict=True))
+      used.update(source)
+  return out, used
+
+
+def _some(names: list[str]) -> str:
+  return f"{names[:8]}" + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+
+
 def to_jformer(rows: Sequence[Row], tensors: Mapping[str, np.ndarray], num_layers: int, *,
                ignored: Sequence[str] = ()) -> dict[str, np.ndarray]:
   """{jformer path: array} from the pretrained `tensors`; every tensor must be read by a row or match an `ignored`
   pattern (buffers the model recomputes), else ValueError names the ones left over (and a row's missing tensor)."""
-  params, used = {}, set()
-  for row in rows:
-    for names, paths in row.expanded(num_layers):
-      missing = [name for name in names if name not in tensors]
-      if missing:
-        raise ValueError(f"the checkpoint lacks {missing} (its family's table reads them); is it complete?")
-      params.update(zip(paths, row.transform.to_jformer(*(np.asarray(tensors[name]) for name in names)), strict=True))
-      used.update(names)
+  params, used = _convert(rows, tensors, num_layers, to_jformer=True)
   unread = sorted(name for name in set(tensors) - used if not any(re.fullmatch(p, name) for p in ignored))
   if unread:
-    raise ValueError(f"the checkpoint holds tensors this family's table does not read: {unread[:8]}"
-                     + (f" and {len(unread) - 8} more" if len(unread) > 8 else "")
-                     + "; a variant jformer cannot represent yet (open an issue naming its architecture)")
+    raise ValueError(f"the checkpoint holds tensors this family's table does not read: {_some(unread)}; a variant "
+                     "jformer cannot represent yet (open an issue naming its architecture)")
   return params
 
 
 def to_pretrained(rows: Sequence[Row], params: Mapping[str, np.ndarray], num_layers: int) -> dict[str, np.ndarray]:
-  """{pretrained name: array} from jformer's flat `params` (`flax.traverse_util.flatten_dict(..., sep="/")`); every parameter must be written by a row,
-  else ValueError names the ones left over (parameters the family has no tensor for: a changed model)."""
-  tensors, used = {}, set()
-  for row in rows:
-    for names, paths in row.expanded(num_layers):
-      missing = [path for path in paths if path not in params]
-      if missing:
-        raise ValueError(f"the parameters lack {missing}, which the family's table writes")
-      tensors.update(zip(names, row.transform.to_pretrained(*(np.asarray(params[path]) for path in paths)),
-                         strict=True))
-      used.update(paths)
+  """{pretrained name: array} from jformer's flat `params` (`flax.traverse_util.flatten_dict(..., sep="/")`);
+  every parameter must be written by a row, else ValueError names the ones left over (parameters the family has
+  no tensor for: a changed model)."""
+  tensors, used = _convert(rows, params, num_layers, to_jformer=False)
   unwritten = sorted(set(params) - used)
   if unwritten:
-    raise ValueError(f"the model has parameters its family's checkpoint has no tensor for: {unwritten[:8]}"
-                     + (f" and {len(unwritten) - 8} more" if len(unwritten) > 8 else ""))
+    raise ValueError(f"the model has parameters its family's checkpoint has no tensor for: {_some(unwritten)}")
   return tensors
