@@ -348,14 +348,14 @@ def _print_plugins(registry) -> None:
 
 def _kinds() -> dict:
   """Every plug-in registry by kind, all plug-in packages imported."""
-  from jformer import attention, data, positional, registry, tasks  # noqa: F401 (their registrations)
+  from jformer import attention, data, interop, positional, registry, tasks  # noqa: F401 (their registrations)
 
   return registry.kinds()
 
 
 def _list_arguments(parser):
   parser.add_argument("kind", nargs="?", help="a plug-in kind: attention variant, positional encoding, "
-                      "normalization, activation, dataset, task (default: every kind)")
+                      "normalization, activation, dataset, task, pretrained architecture (default: every kind)")
 
 
 @command("list", "list the registered plug-ins of every kind (or of one): attention variants, positional "

@@ -1,6 +1,6 @@
 """What jformer knows of a family of pretrained models: how its config.json becomes jformer's model section, which
 of its token ids start and end a sequence, and its mapping table (`jformer.interop.tables`). The families register
-here by the architecture names their config.json lists ("LlamaForCausalLM", ...)."""
+here (`REGISTRY`) by the architecture names their config.json lists ("LlamaForCausalLM", ...)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Callable
 
 from jformer.data.pretrained_vocab import VocabularyMap
 from jformer.interop.tables import Row
+from jformer.registry import Registry, caller
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +26,7 @@ class Family:
     num_layers: pretrained config -> the layer count the table's "{i}" rows expand over.
     ignored: pretrained config -> regular expressions of tensor names skipped on import: buffers the model
       recomputes, a tied output embedding saved twice.
+    doc: one line for `jformer list pretrained`.
   """
   name: str
   architectures: tuple[str, ...]
@@ -33,17 +35,17 @@ class Family:
   rows: Callable[[dict, VocabularyMap], list[Row]]
   num_layers: Callable[[dict], int]
   ignored: Callable[[dict], tuple[str, ...]] = lambda hf: ()
+  doc: str = ""
 
 
-FAMILIES: dict[str, Family] = {}
+# Architecture name (config.json's `architectures`) -> the family that reads it; `jformer list pretrained` shows it.
+REGISTRY: Registry[Family] = Registry("pretrained architecture", details=lambda family: f"family: {family.name}")
 
 
 def register(family: Family) -> Family:
-  """Makes `family` the reader of each of its architecture names."""
+  """Makes `family` the reader of each of its architecture names (a name read twice is refused)."""
   for architecture in family.architectures:
-    if architecture in FAMILIES:
-      raise ValueError(f"architecture '{architecture}' is read by family '{FAMILIES[architecture].name}' already")
-    FAMILIES[architecture] = family
+    REGISTRY.add(architecture, family, origin=caller())
   return family
 
 
@@ -51,9 +53,9 @@ def family_of(pretrained_config: dict) -> Family:
   """The family that reads this config.json (by its `architectures`); ValueError naming the known ones."""
   names = pretrained_config.get("architectures") or []
   for name in names:
-    if name in FAMILIES:
-      return FAMILIES[name]
-  raise ValueError(f"config.json lists architectures {names}; jformer imports {sorted(FAMILIES)}")
+    if name in REGISTRY:
+      return REGISTRY.get(name)
+  raise ValueError(f"config.json lists architectures {names}; jformer imports {REGISTRY.available()}")
 
 
 def token_id(value) -> int | None:

@@ -84,4 +84,5 @@ def rows(hf: dict, vocabulary: VocabularyMap) -> list[Row]:
 
 GPT2 = register(Family(
     "gpt2", ("GPT2LMHeadModel",), model_fields, special_ids, rows, num_layers=lambda hf: hf["n_layer"],
-    ignored=lambda hf: (r"transformer\.h\.\d+\.attn\.(bias|masked_bias)", r"lm_head\.weight")))
+    ignored=lambda hf: (r"transformer\.h\.\d+\.attn\.(bias|masked_bias)", r"lm_head\.weight"),
+    doc="pre-LayerNorm, learned positions, tanh GELU, tied embeddings"))

@@ -108,4 +108,5 @@ def rows(hf: dict, vocabulary: VocabularyMap) -> list[Row]:
 LLAMA = register(Family(
     "llama", ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"), model_fields, special_ids, rows,
     num_layers=lambda hf: hf["num_hidden_layers"],
-    ignored=lambda hf: (r".*rotary_emb\.inv_freq",) + ((r"lm_head\.weight",) if hf.get("tie_word_embeddings") else ())))
+    ignored=lambda hf: (r".*rotary_emb\.inv_freq",) + ((r"lm_head\.weight",) if hf.get("tie_word_embeddings") else ()),
+    doc="pre-RMSNorm, SwiGLU, rotary, grouped-query attention (Qwen2: q/k/v biases; Mistral: sliding window)"))
