@@ -44,3 +44,19 @@ def test_tokenizer_encodes_to_jformer_ids_with_eos_and_round_trips(tmp_path):
   (tmp_path / "bad.json").write_text("{}")
   with pytest.raises(ValueError, match="is not a pretrained vocabulary written by `jformer import-hf`"):
     PretrainedTokenizer.from_file(tmp_path / "bad.json")
+
+
+def test_a_sentencepiece_tokenizer_model_serves_too(tmp_path):
+  """A tokenizer.model (SentencePiece, as Llama 2's; here one jformer trains, whose id 1 ends and here also starts:
+  jformer then has one id more)."""
+  from jformer.data.tokenizer import train_tokenizer
+
+  texts = ["save the file", "open the file", "close the window", "the file is saved"] * 20
+  spm = train_tokenizer(texts, vocab_size=40, model_type="bpe")
+  path = tmp_path / "pretrained_vocab.json"
+  PretrainedTokenizer.write(path, kind="sentencepiece", tokenizer=spm.model_proto, vocabulary=VocabularyMap(1, 1, 40))
+  tokenizer = PretrainedTokenizer.from_file(path)
+  ids = tokenizer.encode("save the file")
+  assert tokenizer.vocab_size == 41 and ids[-1] == 1 and 0 not in ids[:-1]
+  assert tokenizer.decode(ids) == "save the file"
+  np.testing.assert_array_equal(tokenizer.map.to_pretrained(ids[:-1]), spm.encode("save the file")[:-1])

@@ -1,8 +1,8 @@
 """Hugging Face checkpoints in and out: `jformer import-hf SOURCE --workdir=DIR` and `jformer export-hf --workdir=DIR
 OUT`.
 
-An import writes a run's workdir that every command works on (`generate`, `evaluate`, `translate`, `train` to
-fine-tune and resume):
+An import writes a run's workdir that every command works on (`generate`, `evaluate`, `train` to fine-tune and
+resume, `export-hf`):
 
     DIR/config.json           the run's config: the model section from the family's config.json, the rest
                               `FINE_TUNING` and the --config overrides of the import
