@@ -15,7 +15,8 @@ scratch (the LoLCATs finding, Zhang et al. 2025), on our own data?
 Valid bits per byte of each: the teacher's, after transfer (the evaluation at that step), after fine-tuning, from
 scratch. Runs compare at equal steps, not minutes (the machine is shared); a transfer step costs more than a
 plain one (the teacher's attention runs beside the new one). Each run is a `jformer train` workdir under --root;
-rerunning skips finished runs, and the JSON is rewritten after each one.
+rerunning skips finished runs, and the JSON is rewritten after each one (the conversions run first, then the
+longer runs from scratch).
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ LOCAL = {"local": {"attention": "local", "attention_options": {"window_size": 64
 # name -> (model.layer_kinds, model.layer_pattern, what it is). The demo has 4 layers: 3:1 patterns (Mistral's and
 # Gemma's 5:1 needs 6).
 ROWS = {
-    "hedgehog": (HEDGEHOG, ("linear",), "all 4 layers linear attention with learned feature maps (hedgehog)"),
     "hedgehog_3_1": (HEDGEHOG, ("linear", "linear", "linear", "global"), "3:1 hedgehog : softmax"),
+    "hedgehog": (HEDGEHOG, ("linear",), "all 4 layers linear attention with learned feature maps (hedgehog)"),
     "local_3_1": (LOCAL, ("local", "local", "local", "global"), "3:1 local (window 64) : global softmax"),
     "linear": ({"linear": {"attention": "linear"}}, ("linear",), "all 4 layers linear attention, elu + 1 "
                "(no parameters of its own: no transfer)"),
@@ -130,30 +131,37 @@ def main(argv=None) -> int:
           "teacher": {"steps": results["step"], "valid_bpb": results["eval_bits_per_byte"],
                       "test_bpb": results["test_bits_per_byte"], "curve": curve(log)}, "rows": []}
   vocab, = (root / "teacher" / "vocab").glob("spm_*.model")  # every run reads the teacher's vocabulary.
-  for name in args.rows:
+  for name in args.rows:  # the conversions first, then the (longer) runs from scratch: a stopped run records most.
     kinds, pattern, about = ROWS[name]
     learns = any(kind.get("attention") == "hedgehog" for kind in kinds.values())
     transfer = args.transfer_steps if learns else 0
-    architecture = {"model.layer_kinds": kinds, "model.layer_pattern": pattern}
-    row = {"name": name, "about": about, "transfer_steps": transfer}
     converted, log = train(root / name / "converted", {
-        **FIXED, **CONVERSION, **architecture, **extra, "train.initialize_from": root / "teacher",
-        "data.vocab_path": vocab, "train.attention_transfer": transfer, "train.steps": transfer + args.finetune_steps,
-        "train.eval_every": args.transfer_steps})
-    row.update(after_transfer_bpb=eval_at(log, transfer) if transfer else None,
-               converted_bpb=converted["eval_bits_per_byte"], converted_test_bpb=converted["test_bits_per_byte"],
-               converted_steps=converted["step"], converted_curve=curve(log))
-    if not args.no_scratch:
-      scratch, log = train(root / name / "scratch", {**FIXED, **architecture, **extra, "train.steps": scratch_steps})
-      row.update(scratch_bpb=scratch["eval_bits_per_byte"], scratch_test_bpb=scratch["test_bits_per_byte"],
-                 scratch_steps=scratch["step"], scratch_curve=curve(log))
-    data["rows"].append(row)
-    common.write_json(args.json, data)
+        **FIXED, **CONVERSION, "model.layer_kinds": kinds, "model.layer_pattern": pattern, **extra,
+        "train.initialize_from": root / "teacher", "data.vocab_path": vocab, "train.attention_transfer": transfer,
+        "train.steps": transfer + args.finetune_steps, "train.eval_every": args.transfer_steps})
+    data["rows"].append({
+        "name": name, "about": about, "transfer_steps": transfer,
+        "after_transfer_bpb": eval_at(log, transfer) if transfer else None,
+        "converted_bpb": converted["eval_bits_per_byte"], "converted_test_bpb": converted["test_bits_per_byte"],
+        "converted_steps": converted["step"], "converted_curve": curve(log)})
+    record(data, args)
+  for row in data["rows"] if not args.no_scratch else []:
+    kinds, pattern, _ = ROWS[row["name"]]
+    scratch, log = train(root / row["name"] / "scratch", {
+        **FIXED, "model.layer_kinds": kinds, "model.layer_pattern": pattern, **extra, "data.vocab_path": vocab,
+        "train.steps": scratch_steps})
+    row.update(scratch_bpb=scratch["eval_bits_per_byte"], scratch_test_bpb=scratch["test_bits_per_byte"],
+               scratch_steps=scratch["step"], scratch_curve=curve(log))
+    record(data, args)
     print(json.dumps({k: v for k, v in row.items() if not k.endswith("curve")}), flush=True)
+  return 0
+
+
+def record(data: dict, args) -> None:
+  """The JSON and the plot of what has finished so far."""
   common.write_json(args.json, data)
   if args.figure:
     plot(data, args.figure)
-  return 0
 
 
 if __name__ == "__main__":

@@ -631,9 +631,13 @@ def surgery_section(path: str, data: dict) -> str:
   """One row per conversion of the LM demo: valid bits per byte after attention transfer, after fine-tuning, and of
   the same architecture from scratch at equal total steps, beside the teacher's."""
   teacher = data["teacher"]
+  conversion = data["transfer_steps"] + data["finetune_steps"]
+  scratch = {teacher["steps"] + conversion: "the teacher's and the conversion's steps together: equal total steps",
+             conversion: "the conversion's steps: equal steps after the teacher, whose own are not counted"}
   steps = (f"The teacher trained {count(teacher['steps'])} steps; a conversion {data['transfer_steps']} transfer "
            f"steps (where its attention learns parameters of its own) and {data['finetune_steps']} fine-tuning "
-           f"steps; the from-scratch runs {count(data['scratch_steps'])} steps (the teacher's plus the conversion's).")
+           f"steps; the from-scratch runs {count(data['scratch_steps'])} steps "
+           f"({scratch.get(data['scratch_steps'], 'as set')}).")
   rows = [["teacher: softmax (configs/lm_demo.py)", count(teacher["steps"]), "-", fixed(teacher["valid_bpb"], 3),
            "-", "-"]]
   for row in data["rows"]:
@@ -656,7 +660,7 @@ SURGERY_INTRO = """\
 (the machine is shared, so minutes buy different steps), valid bits per byte (lower is better): right after
 attention transfer (`train.attention_transfer`: only the new attention's own parameters train, to reproduce each
 softmax layer's output; LoLCATs, Zhang et al. 2025), after fine-tuning everything, and the same architecture
-trained from scratch with the demo's recipe for the teacher's and the conversion's steps together. A transfer step
+trained from scratch with the demo's recipe (for the steps the table names). A transfer step
 costs more than a plain one (the teacher's attention runs beside the new one). `-` in "after transfer": a variant
 without parameters of its own (elu + 1 linear attention, the local window) has nothing to transfer; it is
 fine-tuned directly.
