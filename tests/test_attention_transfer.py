@@ -28,6 +28,7 @@ def converted(pattern=("linear", "global")):
   return LanguageModel(TransformerConfig.from_config({**FIELDS, "layer_kinds": KINDS, "layer_pattern": pattern}))
 
 
+@pytest.mark.slow  # a model and its layers applied, or a train step compiled: seconds.
 def test_transfer_loss_is_the_mean_squared_error_of_each_replaced_layer_against_the_teacher():
   """One replaced layer (layer 0, hedgehog) under a softmax one: the loss is mean over real tokens and features of
   (MHA_hedgehog(n) - MHA_softmax(n))^2, n = the first norm of the embedded, shifted input; both attentions share
@@ -52,6 +53,7 @@ def test_transfer_loss_is_the_mean_squared_error_of_each_replaced_layer_against_
   assert set(layer["self_attention"]["hedgehog"]) == {"query_map", "key_map"}
 
 
+@pytest.mark.slow  # a model and its layers applied, or a train step compiled: seconds.
 def test_only_the_new_variant_trains_during_transfer_then_what_trainable_names():
   model = converted()
   config = config_lib.load(config_lib.files.pathlib.Path(__file__).parents[1] / "configs" / "small.py", {

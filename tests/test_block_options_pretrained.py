@@ -83,6 +83,7 @@ def test_qkv_bias_adds_the_three_biases_the_key_one_turned_by_rotary_positions()
   assert np.abs(np.asarray(got) - np.asarray(formula(no_key_bias))).max() > 1e-3
 
 
+@pytest.mark.slow  # two models' gradients: seconds.
 def test_predicts_padding_false_masks_the_padding_logit_in_the_logits_and_the_fused_loss():
   """logits[..., 0] = -1e9, the others unchanged; the loss the train step computes from the hidden states (the
   fused projection, `ops.padding_logit.mask_row`) is the cross-entropy of those masked logits, its gradient too."""
