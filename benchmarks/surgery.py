@@ -44,8 +44,9 @@ ROWS = {
     "linear": ({"linear": {"attention": "linear"}}, ("linear",), "all 4 layers linear attention, elu + 1 "
                "(no parameters of its own: no transfer)"),
 }
-# The conversion's optimizer: a short warm-up to the demo's peak learning rate region, then eq. 3's decay.
-CONVERSION = {"optimizer.warmup_steps": 10, "optimizer.learning_rate_scale": 0.3}
+# The conversion's optimizer: a short warm-up to a peak of 1e-3 (0.05 x 256^-0.5 x 10^-0.5; the teacher peaked at
+# 4.4e-3 and cooled down to 0), then eq. 3's decay: a fine-tune, not a second pretraining.
+CONVERSION = {"optimizer.warmup_steps": 10, "optimizer.learning_rate_scale": 0.05}
 
 
 def overrides(values: dict) -> list[str]:
@@ -127,7 +128,7 @@ def main(argv=None) -> int:
   results, log = train(root / "teacher", {**FIXED, "train.steps": args.teacher_steps, **extra})
   data = {"benchmark": "surgery", "machine": machine, "teacher_steps": args.teacher_steps,
           "transfer_steps": args.transfer_steps, "finetune_steps": args.finetune_steps,
-          "scratch_steps": scratch_steps, "figure": args.figure,
+          "scratch_steps": scratch_steps, "figure": args.figure, "conversion_optimizer": CONVERSION,
           "teacher": {"steps": results["step"], "valid_bpb": results["eval_bits_per_byte"],
                       "test_bpb": results["test_bits_per_byte"], "curve": curve(log)}, "rows": []}
   vocab, = (root / "teacher" / "vocab").glob("spm_*.model")  # every run reads the teacher's vocabulary.
