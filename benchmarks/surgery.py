@@ -89,14 +89,16 @@ def plot(data: dict, path: str) -> None:
 
   fig, ax = plt.subplots(figsize=(7, 4))
   teacher = data["teacher"]
-  ax.plot(*zip(*teacher["curve"]), color="black", label="teacher (softmax)")
+  ax.plot(*zip(*teacher["curve"]), color="black", marker="o", label="teacher (softmax)")
   for i, row in enumerate(data["rows"]):
     color = f"C{i}"
     if row.get("converted_curve"):
       steps = [teacher["steps"] + s for s, _ in row["converted_curve"]]
-      ax.plot(steps, [b for _, b in row["converted_curve"]], color=color, label=f"{row['name']}: converted")
+      ax.plot(steps, [b for _, b in row["converted_curve"]], color=color, marker="o",
+              label=f"{row['name']}: converted")
     if row.get("scratch_curve"):
-      ax.plot(*zip(*row["scratch_curve"]), color=color, linestyle="--", label=f"{row['name']}: from scratch")
+      ax.plot(*zip(*row["scratch_curve"]), color=color, linestyle="--", marker="s",
+              label=f"{row['name']}: from scratch")
   ax.set_xlabel("training steps (a conversion's counted after the teacher's)")
   ax.set_ylabel("valid bits per byte")
   ax.set_ylim(top=min(ax.get_ylim()[1], 4.0))

@@ -651,7 +651,7 @@ def surgery_section(path: str, data: dict) -> str:
   if data.get("findings"):
     parts.append(data["findings"])
   if data.get("figure"):
-    parts.append(f"![valid bits per byte against steps]({data['figure']})")
+    parts.append(f"![valid bits per byte against steps]({pathlib.Path(data['figure']).name})")
   return paragraphs(*parts)
 
 
