@@ -11,6 +11,9 @@
     jformer sweep-report --sweep=configs/sweeps/attention_variants.py
     jformer report-card --config.model.attention=linear [--config.imports=my_attention.py] [--remeasure]
     jformer list [attention|positional|normalization|activation|dataset|task]
+    jformer import-hf path/to/hf_model --workdir=runs/llama [--config.data.path=DIR ...]
+    jformer train --workdir=runs/llama   (fine-tunes an imported model: the workdir's config)
+    jformer export-hf --workdir=runs/llama path/to/out
     jformer visualize-attention --workdir=runs/demo --text "Save the file." [--out=runs/demo/attention]
 
 Config overrides are `--config.<dotted.key>=<value>` after the sub-command. Every sub-command takes `--verbose`
@@ -39,7 +42,8 @@ def command(name: str, help_text: str):
 
 
 def _train_arguments(parser):
-  parser.add_argument("--config", required=True, help="config file, e.g. configs/demo.py")
+  parser.add_argument("--config", help="config file, e.g. configs/demo.py (default: the workdir's own config.json, "
+                      "e.g. a model imported by import-hf)")
   parser.add_argument("--workdir", required=True,
                       help="run folder, local or gs://bucket/run: checkpoints, logs, results (resumed if present)")
 
@@ -52,7 +56,7 @@ def train(args, overrides):
   from jformer.train.recipe import adapt
 
   _quiet_logs()
-  config = config_lib.load(args.config, overrides)
+  config = config_lib.load(args.config, overrides) if args.config else config_lib.load_run(args.workdir, overrides)
   parallel.initialize_distributed(config.parallel.coordinator_address, config.parallel.num_processes,
                                   config.parallel.process_id)
   train_and_evaluate(adapt(config, fixed=overrides, workdir=args.workdir), args.workdir)
@@ -234,6 +238,46 @@ def report_card(args, overrides):
 report_card.add_arguments = _report_card_arguments
 
 
+def _import_hf_arguments(parser):
+  parser.add_argument("source", help="a folder in the Hugging Face layout (config.json, model.safetensors, "
+                      "tokenizer.json or tokenizer.model), or a hub name when online")
+  parser.add_argument("--workdir", required=True, help="the new run's folder")
+
+
+@command("import-hf", "write a run's workdir from a Hugging Face checkpoint (Llama, Mistral, Qwen2): generate, "
+         "evaluate and train (fine-tune) work on it; --config.KEY=VALUE sets its data and training keys")
+def import_hf(args, overrides):
+  from jformer import interop
+
+  _quiet_logs()
+  config = interop.import_hf(args.source, args.workdir, overrides)
+  print(f"imported {args.source} -> {args.workdir}: {config.model.num_decoder_layers} layers, d_model "
+        f"{config.model.d_model}, vocabulary {config.model.vocab_size}")
+
+
+import_hf.add_arguments = _import_hf_arguments
+
+
+def _export_hf_arguments(parser):
+  parser.add_argument("--workdir", required=True, help="a run imported by import-hf (fine-tuned or not)")
+  parser.add_argument("out", help="the new folder to write (config.json, model.safetensors, tokenizer files)")
+  _checkpoint_argument(parser)
+
+
+@command("export-hf", "write a run imported by import-hf back as a Hugging Face folder (from_pretrained loads it)")
+def export_hf(args, overrides):
+  from jformer import config as config_lib
+  from jformer import interop
+
+  _quiet_logs()
+  config_lib.load_run(args.workdir, overrides)  # refuses overrides that do not fit the run, as on every command.
+  files = interop.export_hf(args.workdir, args.out, args.checkpoint)
+  print(f"exported {args.workdir} -> {args.out}: {', '.join(files)}")
+
+
+export_hf.add_arguments = _export_hf_arguments
+
+
 def _quiet_logs():
   """Keeps the console for progress lines: absl INFO and tfds progress bars off unless --verbosity asks, and no
   warning from Orbax that a checkpoint directory opened read-only (to translate, average) is read-only, nor from
@@ -304,14 +348,14 @@ def _print_plugins(registry) -> None:
 
 def _kinds() -> dict:
   """Every plug-in registry by kind, all plug-in packages imported."""
-  from jformer import attention, data, positional, registry, tasks  # noqa: F401 (their registrations)
+  from jformer import attention, data, interop, positional, registry, tasks  # noqa: F401 (their registrations)
 
   return registry.kinds()
 
 
 def _list_arguments(parser):
   parser.add_argument("kind", nargs="?", help="a plug-in kind: attention variant, positional encoding, "
-                      "normalization, activation, dataset, task (default: every kind)")
+                      "normalization, activation, dataset, task, pretrained architecture (default: every kind)")
 
 
 @command("list", "list the registered plug-ins of every kind (or of one): attention variants, positional "

@@ -627,6 +627,46 @@ from other projects than its training split (`benchmarks/corpus_subsets.py`).
 """
 
 
+def surgery_section(path: str, data: dict) -> str:
+  """One row per conversion of the LM demo: valid bits per byte after attention transfer, after fine-tuning, and of
+  the same architecture from scratch at equal total steps, beside the teacher's."""
+  teacher = data["teacher"]
+  conversion = data["transfer_steps"] + data["finetune_steps"]
+  scratch = {teacher["steps"] + conversion: "the teacher's and the conversion's steps together: equal total steps",
+             conversion: "the conversion's steps: equal steps after the teacher, whose own are not counted"}
+  steps = (f"The teacher trained {count(teacher['steps'])} steps; a conversion {data['transfer_steps']} transfer "
+           f"steps (where its attention learns parameters of its own) and {data['finetune_steps']} fine-tuning "
+           f"steps; the from-scratch runs {count(data['scratch_steps'])} steps "
+           f"({scratch.get(data['scratch_steps'], 'as set')}).")
+  rows = [["teacher: softmax (configs/lm_demo.py)", count(teacher["steps"]), "-", fixed(teacher["valid_bpb"], 3),
+           "-", "-"]]
+  for row in data["rows"]:
+    scratch = row.get("scratch_bpb")
+    rows.append([row["about"], count(row["converted_steps"]), fixed(row.get("after_transfer_bpb"), 3),
+                 fixed(row["converted_bpb"], 3), fixed(scratch, 3),
+                 "-" if scratch is None else fixed(row["converted_bpb"] - scratch, 3)])
+  body = table(["model", "conversion steps", "after transfer", "after fine-tuning", "from scratch",
+                "converted - scratch"], rows, "lrrrrr")
+  parts = [provenance(path, data), steps, body]
+  if data.get("findings"):
+    parts.append(data["findings"])
+  if data.get("figure"):
+    parts.append(f"![valid bits per byte against steps]({pathlib.Path(data['figure']).name})")
+  return paragraphs(*parts)
+
+
+SURGERY_INTRO = """\
+`benchmarks/surgery.py` converts the LM demo's softmax model into attention variants and compares, at equal steps
+(the machine is shared, so minutes buy different steps), valid bits per byte (lower is better): right after
+attention transfer (`train.attention_transfer`: only the new attention's own parameters train, to reproduce each
+softmax layer's output; LoLCATs, Zhang et al. 2025), after fine-tuning everything, and the same architecture
+trained from scratch with the demo's recipe (for the steps the table names). A transfer step
+costs more than a plain one (the teacher's attention runs beside the new one). `-` in "after transfer": a variant
+without parameters of its own (elu + 1 linear attention, the local window) has nothing to transfer; it is
+fine-tuned directly.
+"""
+
+
 @dataclasses.dataclass(frozen=True)
 class Page:
   file: str
@@ -672,6 +712,9 @@ PAGES = (
     Page("lm_baseline.md", "The LM demo beside nanoGPT", "lm_baseline", "configs/lm_demo.py against nanoGPT's "
          "byte-level model and recipe at equal wall clock, on texts of several sizes", LM_BASELINE_INTRO,
          lm_baseline_section, timed=False),
+    Page("surgery.md", "Attention surgery on the LM demo", "surgery", "the LM demo's softmax model converted to "
+         "linear (hedgehog, elu + 1), hybrid and local attention by attention transfer and fine-tuning, against "
+         "the same architectures from scratch at equal steps", SURGERY_INTRO, surgery_section, timed=False),
     Page("compile.md", "Scanned layers: compile and step time", "compile", "train step compile seconds and step "
          "ms at 6, 12 and 24 layers, looped against scanned", COMPILE_INTRO, compile_section),
 )

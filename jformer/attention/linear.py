@@ -20,8 +20,13 @@ def linear_weights(query, key, *, chunk_size=None, bias=None, **masking):
   """The weights linear attention applies to the values, `[B, H, T, S]`: phi(q_i).phi(k_j) over the visible j,
   normalised to sum to 1 (eq. 6; 0 for a query that sees no key). The explicit quadratic formula."""
   del chunk_size, bias  # not declared: linear attention takes no bias
-  visible = masks.attention_mask(query.shape[1], key.shape[1], **masking)
-  kernel_BxHxTxS = jnp.einsum("bthd,bshd->bhts", _phi(query), _phi(key)) * (True if visible is None else visible)
+  return feature_weights(_phi(query), _phi(key), **masking)
+
+
+def feature_weights(phi_q, phi_k, **masking):
+  """`linear_weights` of given features phi_q `[B, T, H, F]`, phi_k `[B, S, H, F]`."""
+  visible = masks.attention_mask(phi_q.shape[1], phi_k.shape[1], **masking)
+  kernel_BxHxTxS = jnp.einsum("bthd,bshd->bhts", phi_q, phi_k) * (True if visible is None else visible)
   normaliser = kernel_BxHxTxS.sum(-1, keepdims=True)
   return kernel_BxHxTxS / jnp.where(normaliser > 0, normaliser, 1.0)
 
@@ -73,8 +78,17 @@ def linear(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_id
     `[B, T, H, Dv]` in the query dtype.
   """
   del mask, bias, dropout_rate, dropout_rng  # not declared: the registry refuses them before calling.
-  q_len, kv_len = query.shape[1], key.shape[1]
-  phi_q, phi_k = _phi(query), _phi(key)
+  return attend_features(_phi(query), _phi(key), value, causal=causal, q_segment_ids=q_segment_ids,
+                         kv_segment_ids=kv_segment_ids, q_positions=q_positions, kv_positions=kv_positions,
+                         chunk_size=chunk_size).astype(query.dtype)
+
+
+def attend_features(phi_q, phi_k, value, *, causal, q_segment_ids, kv_segment_ids, q_positions, kv_positions,
+                    chunk_size: int) -> jax.Array:
+  """sum_j phi_q_i . phi_k_j v_j / sum_j phi_q_i . phi_k_j over the visible j, float32 `[B, T, H, Dv]`, from positive
+  features phi_q `[B, T, H, F]`, phi_k `[B, S, H, F]` (any feature map: `linear`'s elu + 1, `hedgehog`'s learned
+  one), computed as `linear`'s doc says."""
+  q_len, kv_len = phi_q.shape[1], phi_k.shape[1]
   value = value.astype(jnp.float32)
   if causal and q_len == kv_len:
     num, den = _causal_chunks(phi_q, phi_k, value, min(chunk_size, q_len), q_segment_ids, kv_segment_ids,
@@ -86,7 +100,7 @@ def linear(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_id
     visible = masks.attention_mask(q_len, kv_len, causal=causal, q_segment_ids=q_segment_ids,
                                    kv_segment_ids=kv_segment_ids, q_positions=q_positions, kv_positions=kv_positions)
     num, den = _masked(phi_q, phi_k, value, visible[:, 0])
-  return (num / jnp.where(den > 0, den, 1.0)[..., None]).astype(query.dtype)
+  return num / jnp.where(den > 0, den, 1.0)[..., None]
 
 
 def _masked(phi_q, phi_k, value, visible_BxTxS):

@@ -189,7 +189,8 @@ class Checkpointer:
         a `jax.Array` (e.g. freshly initialised state) or a `jax.ShapeDtypeStruct` with a `sharding`
         (e.g. `jax.eval_shape(init)` with shardings added) is restored as a `jax.Array` with that
         shape, dtype and sharding; a NumPy array or scalar as that NumPy type.
-      data_iterator: a grain iterator of the same pipeline as the saved one; its position is set in place.
+      data_iterator: a grain iterator of the same pipeline as the saved one; its position is set in place (left
+        at the start for a step 0 saved without one).
       step: which checkpoint; default the latest.
       params: the model's parameter shapes (`shapes.expected`): a step whose parameters do not fit is refused
         (named with what differs), or by default skipped for the newest step that fits (`_valid_step`).
@@ -201,7 +202,8 @@ class Checkpointer:
     target = abstract_state(state_template)
     restore_args = ocp.checkpoint_utils.construct_restore_args(target)
     args = {STATE_ITEM: ocp.args.PyTreeRestore(item=target, restore_args=restore_args)}
-    if data_iterator is not None:
+    # Step 0 (a model imported for fine-tuning, `jformer import-hf`) may hold no data position: nothing was read yet.
+    if data_iterator is not None and (step or DATA_ITEM in self._manager.metadata(step).item_handlers):
       _check_iterator(data_iterator)
       if DATA_ITEM not in self._manager.metadata(step).item_handlers:
         raise ValueError(

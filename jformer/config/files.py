@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import pathlib
 import sys
 import traceback
@@ -12,6 +13,7 @@ from typing import Any
 import ml_collections
 
 from jformer import registry
+from jformer.config.identity import from_values
 from jformer.config.overrides import flatten, unknown_key_message
 from jformer.config.schema import base_config, groups
 
@@ -23,10 +25,15 @@ def read(path: str | pathlib.Path) -> ml_collections.ConfigDict:
   """The config a file's `get_config()` returns, keys checked, not yet validated: what a config file that builds on
   another reads (`config = jformer.config.read(HERE / "small.py")`, then sets what differs).
 
-  `path` may end in `:ARG`, passed as `get_config(ARG)`.
+  `path` may end in `:ARG`, passed as `get_config(ARG)`. A run's `config.json` is a config file too (e.g. an imported
+  model's, to train a converted copy of it in another workdir).
   """
   path_str, _, arg = str(path).partition(":")
   file = pathlib.Path(path_str)
+  if file.suffix == ".json" and file.is_file():
+    config = from_values(flatten(json.loads(file.read_text())))
+    _check_known_keys(config, file)
+    return config
   module = import_file(file, "config", "--config=configs/demo.py")
   if not hasattr(module, "get_config"):
     raise ValueError(f"config file '{file}' defines no get_config(): add `def get_config():` returning a ConfigDict "

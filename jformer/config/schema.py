@@ -113,6 +113,18 @@ class TrainSection:
                                "<workdir>/tensorboard/plugins/profile (TensorBoard's profile plugin); () = off.")
   skip_nonfinite_updates: int = field(0, "Non-finite (NaN/Inf) updates skipped before the run stops; 0 = stop at "
                                       "the first.", at_least=0)
+  initialize_from: str = field("", "A run's workdir (trained, or written by `jformer import-hf`) whose parameters "
+                               "start this one: each of this model's parameters at the same path and shape is "
+                               "copied (e.g. all but a new attention variant's own after model.layer_pattern "
+                               "changes some layers' attention); read when the run starts, with its vocabulary "
+                               "(data.vocab_path must be that run's); '' = a fresh start.")
+  attention_transfer: int = field(0, "Steps of attention transfer (LoLCATs) at the start: only the parameters of "
+                                  "the layers whose kind replaces the model's attention that the new variant owns "
+                                  "train, to reproduce the model's own attention output per layer (mean squared "
+                                  "error, the teacher computed in the same step from the same input); then the "
+                                  "ordinary loss (train.trainable); 0 = off.", at_least=0, identity=True)
+  trainable: str = field("", "A regular expression of the parameter paths trained (after any attention transfer), "
+                         "e.g. '.*self_attention.*' fine-tunes attention only; '' = all.", identity=True)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,7 @@ from jformer.config.recipe import parse_rules
 from jformer.config.schema import declared
 from jformer.data import mixture_problems
 from jformer.decode.search import check_options
+from jformer.models import surgery
 from jformer.models.config import TransformerConfig
 from jformer.schema import check_value
 
@@ -62,6 +63,12 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
                       and 1 <= profile[0] <= profile[1]):
     problems.append(f"train.profile_steps={profile} is not two steps (a, b) with 1 <= a <= b; give e.g. "
                     "train.profile_steps=(10, 12), or () for no profile")
+  transfer = surgery.transfer_problem(TransformerConfig.from_config(model), train.attention_transfer)
+  if transfer:
+    problems.append(transfer)
+  if not model.predicts_padding and train.label_smoothing > 0:
+    problems.append(f"train.label_smoothing={train.label_smoothing} spreads target mass onto the padding id, whose "
+                    "logit model.predicts_padding=False masks out: set train.label_smoothing=0")
   if data.batch_size % train.grad_accumulation_steps:
     problems.append(f"data.batch_size={data.batch_size} is not divisible by "
                     f"train.grad_accumulation_steps={train.grad_accumulation_steps}")

@@ -14,6 +14,7 @@ from etils import epath
 from jformer import paths
 from jformer.data import documents, parallel_text
 from jformer.data.mixture import dataset_paths
+from jformer.data.pretrained_vocab import PretrainedTokenizer, is_pretrained_vocabulary
 from jformer.data.sources import get_dataset
 from jformer.data.tokenizer import Tokenizer
 
@@ -53,16 +54,25 @@ def check_workdir(workdir: epath.PathLike) -> None:
 
 
 def check_vocab(vocab_path: epath.PathLike, vocab_size: int) -> None:
-  """Refuses a `data.vocab_path` that does not exist or whose size is not `model.vocab_size`."""
+  """Refuses a `data.vocab_path` that does not exist or whose size is not `model.vocab_size`: a SentencePiece model,
+  or a pretrained vocabulary (`pretrained_vocab`, a .json file)."""
   path = epath.Path(vocab_path)
   if not path.is_file():
     raise FileNotFoundError(f"data.vocab_path {os.fspath(path)} does not exist; give an existing SentencePiece "
-                            ".model file, or leave data.vocab_path empty to train one into <workdir>/vocab/.")
+                            ".model file (or an imported model's vocab/pretrained_vocab.json), or leave "
+                            "data.vocab_path empty to train one into <workdir>/vocab/.")
+  reader = PretrainedTokenizer if is_pretrained_vocabulary(path) else Tokenizer
   try:
-    size = Tokenizer.from_file(path).vocab_size
-  except ValueError as e:  # SentencePiece cannot parse the file.
-    raise ValueError(f"data.vocab_path {e}; give a .model file written by SentencePiece, or leave "
-                     "data.vocab_path empty to train one.") from None
-  if size != vocab_size:
-    raise ValueError(f"data.vocab_path {os.fspath(path)} has {size} pieces but model.vocab_size is {vocab_size}; "
-                     f"set --config.model.vocab_size={size} or give a vocabulary of {vocab_size} pieces.")
+    tokenizer = reader.from_file(path)
+  except ValueError as e:  # not a vocabulary file.
+    raise ValueError(f"data.vocab_path {e}; give a .model file written by SentencePiece (or an imported model's "
+                     "vocab/pretrained_vocab.json), or leave data.vocab_path empty to train one.") from None
+  check_size(tokenizer, path, vocab_size)
+
+
+def check_size(tokenizer, path: epath.PathLike, vocab_size: int, what: str = "data.vocab_path") -> None:
+  """Refuses a vocabulary (read from `path`, named as `what`) whose size is not `model.vocab_size`."""
+  if tokenizer.vocab_size != vocab_size:
+    raise ValueError(f"{what} {os.fspath(path)} has {tokenizer.vocab_size} pieces but model.vocab_size is "
+                     f"{vocab_size}; set --config.model.vocab_size={tokenizer.vocab_size} or give a vocabulary of "
+                     f"{vocab_size} pieces.")

@@ -15,8 +15,10 @@ from etils import epath
 
 from jformer import paths
 from jformer.data import mixture as mixture_lib
-from jformer.data.checks import check_vocab
+from jformer.data import pretrained_vocab
+from jformer.data.checks import check_size, check_vocab
 from jformer.data.documents import DocumentSource
+from jformer.data.pretrained_vocab import PretrainedTokenizer
 from jformer.data.sources import load_split, synthetic_entry, training_texts
 from jformer.data.synthetic.dataset import TaskVocabulary
 from jformer.data.tokenizer import Tokenizer, get_tokenizer
@@ -49,14 +51,18 @@ def train_splits(config, workdir: epath.PathLike) -> list:
 
 
 def vocab_path(config, workdir: epath.PathLike) -> epath.Path:
-  """Where the run's SentencePiece model is: `data.vocab_path`, or `<workdir>/vocab/spm_<vocab_size>.model`."""
-  return epath.Path(config.data.vocab_path or epath.Path(workdir) / "vocab" / f"spm_{config.model.vocab_size}.model")
+  """Where the run's vocabulary is: `data.vocab_path`, else the pretrained one `jformer import-hf` wrote
+  (`<workdir>/vocab/pretrained_vocab.json`) if there is one, else `<workdir>/vocab/spm_<vocab_size>.model`."""
+  if config.data.vocab_path:
+    return epath.Path(config.data.vocab_path)
+  pretrained = epath.Path(workdir) / "vocab" / pretrained_vocab.FILE_NAME
+  return pretrained if pretrained.exists() else epath.Path(workdir) / "vocab" / f"spm_{config.model.vocab_size}.model"
 
 
-def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer | TaskVocabulary:
-  """The run's SentencePiece model: `data.vocab_path` (which must exist), or trained once into `<workdir>/vocab/`
-  on the training split (`sources.training_texts`: both sides of the pairs, or the documents' lines; every source's,
-  for a `data.mixture`) and reused.
+def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer | PretrainedTokenizer | TaskVocabulary:
+  """The run's vocabulary: `data.vocab_path` (which must exist), a pretrained model's (`vocab_path`), or a
+  SentencePiece model trained once into `<workdir>/vocab/` on the training split (`sources.training_texts`: both
+  sides of the pairs, or the documents' lines; every source's, for a `data.mixture`) and reused.
   A language model's vocabulary is lossless (`train_tokenizer`), so that its bits per byte count every byte.
   A synthetic task's vocabulary is its own token ids (`TaskVocabulary`): nothing is trained, read or written.
 
@@ -77,10 +83,14 @@ def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer | TaskVocabular
                      "that file (or train in a new --workdir)")
   if config.data.vocab_path:
     check_vocab(config.data.vocab_path, config.model.vocab_size)
-  tokenizer = get_tokenizer(
-      path, lambda: (text for split in train_splits(config, workdir) for text in training_texts(split)),
-      vocab_size=config.model.vocab_size, max_sentences=config.data.spm_max_sentences,
-      lossless=config.model.architecture == "lm")
+  if pretrained_vocab.is_pretrained_vocabulary(path):  # `jformer import-hf`'s: nothing to train.
+    tokenizer = pretrained_vocab.PretrainedTokenizer.from_file(path)
+    check_size(tokenizer, path, config.model.vocab_size, "the vocabulary")
+  else:
+    tokenizer = get_tokenizer(
+        path, lambda: (text for split in train_splits(config, workdir) for text in training_texts(split)),
+        vocab_size=config.model.vocab_size, max_sentences=config.data.spm_max_sentences,
+        lossless=config.model.architecture == "lm")
   if not record.exists() and jax.process_index() == 0:
     paths.record_checksum(path, record)
   return tokenizer

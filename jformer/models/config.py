@@ -135,6 +135,17 @@ class TransformerConfig:
                         "(PaLM: 1e-4); its value is logged as train/z_loss; 0 = off (paper).", at_least=0)
   use_bias: bool = field(True, "Biases in the attention and feed-forward projections and in the norms (paper: "
                          "True; the key projection never has one).", identity=True)
+  qkv_bias: bool = field(False, "Biases on the query, key and value projections whatever use_bias says (Qwen2); "
+                         "only this gives the key one (which softmax ignores unless rotary positions turn it).",
+                         identity=True)
+  scale_embeddings: bool = field(True, "Token embeddings times sqrt(d_model) (paper Sec. 3.4); False: as they are "
+                                 "(Llama, GPT-2, Qwen2).", identity=True)
+  predicts_padding: bool = field(True, "The output softmax includes the padding id 0 (jformer's vocabularies, "
+                                 "whose models learn never to predict it); False masks its logit out, so that an "
+                                 "imported vocabulary whose start token is also its end token (GPT-2, Qwen2: one id "
+                                 "more in jformer) keeps the family's distribution exactly.", identity=True)
+  norm_epsilon: float = field(1e-6, "Epsilon of every norm, x / sqrt(variance + epsilon) (flax's default; Llama "
+                              "1e-5 or 1e-6, GPT-2 1e-5).", identity=True)
   remat: str = field("auto", "Recompute layer activations in the backward pass: auto (>= 1024 tokens), none, full, "
                      "or a jax.checkpoint policy per layer: dots_saveable (keep matmul outputs), nothing_saveable, "
                      "offload_dots (the weight matmuls' outputs marked for pinned host memory; "
@@ -323,6 +334,15 @@ class TransformerConfig:
     if not self.final_norm and self.norm != "pre":
       problems.append("final_norm=False drops the final norm of a pre-norm stack; with norm='post' the last "
                       "sublayer's norm ends the stack (set model.norm='pre', or leave final_norm=True)")
+    if not self.predicts_padding and self.final_logit_softcap > 0:
+      problems.append("predicts_padding=False masks the padding logit before final_logit_softcap would cap it back "
+                      "to -cap: set one of them to its default")
+    if self.norm_epsilon <= 0:
+      problems.append(f"norm_epsilon={self.norm_epsilon} is not positive")
+    elif self.norm_epsilon != norms.EPSILON and not norms.takes_epsilon(self.normalization):
+      problems.append(f"normalization '{self.normalization}' takes no epsilon (its make(...) has no `epsilon` "
+                      f"keyword), so model.norm_epsilon={self.norm_epsilon} cannot reach it; leave it at "
+                      f"{norms.EPSILON} or give the norm an epsilon")
     for name in ("attention_logit_softcap", "final_logit_softcap", "z_loss"):
       if getattr(self, name) < 0:
         problems.append(f"{name}={getattr(self, name)} is negative (0 = off)")

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jformer import axes
 from jformer.attention import decode_state as decode_state_lib
 from jformer.attention import repeat_kv
-from jformer.models import plugin_params
+from jformer.models import norms, plugin_params
 from jformer.models.config import TransformerConfig
 from jformer.ops import dropout as dropout_op
 from jformer.ops import matmul
@@ -29,15 +29,18 @@ def logical(init, *axes):
 
 def norm(cfg: TransformerConfig, name: str) -> nn.Module:
   """The `model.normalization` norm (`jformer.models.norms`; default LayerNorm: parameters `scale`, `bias`), with a
-  bias when `model.use_bias`, named `name`."""
-  return cfg.make_norm(use_bias=cfg.use_bias, name=name)
+  bias when `model.use_bias`, its epsilon `model.norm_epsilon` (given to a norm that takes one), named `name`."""
+  epsilon = {"epsilon": cfg.norm_epsilon} if norms.takes_epsilon(cfg.normalization) else {}
+  return cfg.make_norm(use_bias=cfg.use_bias, name=name, **epsilon)
 
 
 class Embed(nn.Module):
-  """Token embedding scaled by sqrt(d_model) (paper Sec. 3.4); `attend` is the tied pre-softmax projection."""
+  """Token embedding scaled by sqrt(d_model) (paper Sec. 3.4; unscaled when not `scale`: `model.scale_embeddings`);
+  `attend` is the tied pre-softmax projection."""
   vocab_size: int
   d_model: int
   dtype: jnp.dtype = jnp.float32
+  scale: bool = True
 
   def setup(self):
     # std d^-1/2, so that embedding * sqrt(d) has unit scale and tied logits y . E^T have unit scale.
@@ -46,7 +49,8 @@ class Embed(nn.Module):
 
   def __call__(self, ids_BxL: jax.Array) -> jax.Array:
     """`[B, L]` int ids -> `[B, L, D]`."""
-    return jnp.take(self.embedding, ids_BxL, axis=0).astype(self.dtype) * jnp.sqrt(self.d_model).astype(self.dtype)
+    x_BxLxD = jnp.take(self.embedding, ids_BxL, axis=0).astype(self.dtype)
+    return x_BxLxD * jnp.sqrt(self.d_model).astype(self.dtype) if self.scale else x_BxLxD
 
   def attend(self, y_BxLxD: jax.Array) -> jax.Array:
     """`[B, L, D]` -> float32 logits `[B, L, V]` = y E^T (weights shared with the embedding)."""
@@ -186,11 +190,16 @@ class MultiHeadAttention(nn.Module):
   `weights` function) are sown as 'attention_weights'; nothing is sown for a variant without one. The output is
   unchanged.
 
-  Block options: `model.use_bias` False drops the query, value and output biases; `model.qk_norm` normalizes each
+  Block options: `model.use_bias` False drops the query, value and output biases (`model.qkv_bias` keeps the query's
+  and value's and adds the key's); `model.qk_norm` normalizes each
   query and key head over head_dim (`query_norm`, `key_norm`: the `model.normalization` norm, one scale of
   head_dim shared by the heads; Dehghani et al. 2023) after the projection and before rotary positions, so the
   cache holds normalized keys; `model.attention_logit_softcap` reaches the variant as `logits_softcap` (a variant
   that does not declare "softcap" is refused when the config is checked).
+
+  Attention transfer: given a `teacher` (the model's config, whose attention this layer's kind replaces) and the
+  'transfer' collection mutable, the layer also runs the teacher's attention on the same queries, keys and values,
+  sows its output's squared error against the teacher's (`transfer_output`) and returns the teacher's output.
 
   Positions reach the attention function's masking only where the index does not imply them: decode steps
   (slot order is not position order) and calls without segment ids. Self-attention with segment ids (training,
@@ -204,16 +213,19 @@ class MultiHeadAttention(nn.Module):
   rotary: bool = False
   position_bias: nn.Module | None = None
   mesh: axes.Placement | None = None
+  teacher: TransformerConfig | None = None  # attention transfer: the model's own attention, which this one replaces.
 
   @nn.compact
   def __call__(self, inputs_q_BxTxD, inputs_kv_BxSxD=None, *, q_segment_ids=None, kv_segment_ids=None,
                q_positions=None, kv_positions=None, deterministic: bool = True, decode: bool = False):
     cfg = self.config
-    heads = lambda n, axis, name, use_bias=cfg.use_bias: Dense(
+    heads = lambda n, axis, name, use_bias=cfg.use_bias or cfg.qkv_bias: Dense(
         (cfg.d_model,), (n, cfg.head_dim), (axes.EMBED, axis, axes.HEAD_DIM), cfg.compute_dtype, use_bias, name=name)
     query = heads(cfg.num_heads, axes.HEADS, "query")
-    # No key bias: q.(k + b) shifts every logit of a query equally, which softmax ignores (its gradient is 0).
-    key, value = heads(cfg.kv_heads, axes.KV_HEADS, "key", use_bias=False), heads(cfg.kv_heads, axes.KV_HEADS, "value")
+    # A key bias only with model.qkv_bias: q.(k + b) shifts every logit of a query equally, which softmax ignores
+    # (its gradient is 0), unless rotary positions rotate b with the key.
+    key = heads(cfg.kv_heads, axes.KV_HEADS, "key", use_bias=cfg.qkv_bias)
+    value = heads(cfg.kv_heads, axes.KV_HEADS, "value")
     if inputs_kv_BxSxD is None and cfg.kv_heads == cfg.num_heads:  # self-attention: Q, K and V in one matmul.
       query_BxTxHxK, *key_value = project(inputs_q_BxTxD, (query, key, value), cfg.compute_dtype)
       projected_kv = lambda: key_value
@@ -272,8 +284,15 @@ class MultiHeadAttention(nn.Module):
       if self.is_mutable_collection("intermediates") and not self.is_initializing() and variant.weights:
         self.sow("intermediates", "attention_weights",
                  variant.weights(query_BxTxHxK, key_BxSxGxK, **masking, **options))
-    return Dense((cfg.num_heads, cfg.head_dim), (cfg.d_model,), (axes.HEADS, axes.HEAD_DIM, axes.EMBED),
-                 cfg.compute_dtype, cfg.use_bias, name="out")(out_BxTxHxK)
+    out = Dense((cfg.num_heads, cfg.head_dim), (cfg.d_model,), (axes.HEADS, axes.HEAD_DIM, axes.EMBED),
+                cfg.compute_dtype, cfg.use_bias, name="out")
+    if self.teacher is not None and self.is_mutable_collection(TRANSFER) and not self.is_initializing():
+      masking.pop("params", None)
+      teacher_BxTxHxK = self.teacher.attention_variant.fn(
+          query_BxTxHxK, key_BxSxGxK, value_BxSxGxK, **masking, **dict(self.teacher.attention_options),
+          dropout_rate=0.0, dropout_rng=None, mesh=self.mesh)
+      return transfer_output(self, out(out_BxTxHxK), out(teacher_BxTxHxK), q_segment_ids)
+    return out(out_BxTxHxK)
 
   def _cross_attention_cache(self, project_kv):
     """Encoder-decoder keys and values `[B, S, G, K]` while decoding: projected once, when the cache is created
@@ -336,6 +355,23 @@ class MultiHeadAttention(nn.Module):
     slots = cached_key.value.shape[2]
     # Slots past the current step hold zeros; causal masking by position hides them.
     return heads_major(cached_key.value), heads_major(cached_value.value), jnp.arange(slots)[None, :]
+
+
+# The collection attention transfer (`train.attention_transfer`) sows into: with it mutable, a layer whose attention
+# replaces the model's (`MultiHeadAttention.teacher`) computes both and passes the teacher's output on.
+TRANSFER = "transfer"
+
+
+def transfer_output(module: nn.Module, student_BxTxD: jax.Array, teacher_BxTxD: jax.Array, segment_ids_BxT):
+  """Sows the squared error of the layer's output against the teacher's, summed over the real tokens (segment id
+  != 0) and features, with the count of those tokens x features ('squared_error', 'count'), and returns the
+  teacher's output: each layer learns from the teacher's inputs (LoLCATs' layer-wise attention transfer)."""
+  teacher_BxTxD = jax.lax.stop_gradient(teacher_BxTxD)
+  real_BxT = jnp.ones(student_BxTxD.shape[:2]) if segment_ids_BxT is None else (segment_ids_BxT != 0)
+  error = jnp.square(student_BxTxD.astype(jnp.float32) - teacher_BxTxD.astype(jnp.float32))
+  module.sow(TRANSFER, "squared_error", jnp.sum(error * real_BxT[..., None]))
+  module.sow(TRANSFER, "count", jnp.sum(real_BxT) * student_BxTxD.shape[-1])
+  return teacher_BxTxD
 
 
 def heads_major(x: jax.Array) -> jax.Array:

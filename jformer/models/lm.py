@@ -28,7 +28,8 @@ class LanguageModel(nn.Module):
 
   def setup(self):
     cfg = self.config
-    self.decoder = Decoder(cfg, Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype, name="embedding"), self.mesh)
+    embed = Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype, cfg.scale_embeddings, name="embedding")
+    self.decoder = Decoder(cfg, embed, self.mesh)
 
   def __call__(self, tokens, *, positions=None, segmentation=None, deterministic=True, decode=False,
                return_hidden=False):

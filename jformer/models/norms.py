@@ -2,7 +2,8 @@
 
 A norm registers a function (or a Flax Module class) `make(*, use_bias: bool, name: str) -> nn.Module` whose module
 normalizes `[..., F]` over its last axis, whatever F: d_model for the sublayer norms and the final norm, head_dim for
-QK-norm (`model.qk_norm`). `use_bias` is `model.use_bias` (a norm without a bias ignores it). The built-in ones keep
+QK-norm (`model.qk_norm`). `use_bias` is `model.use_bias` (a norm without a bias ignores it); a norm that also takes
+`epsilon` gets `model.norm_epsilon`. The built-in ones keep
 float32 parameters whose axis is the logical 'norm' (replicated), and compute in float32 (their parameters' dtype).
 
     @norms.register("my_norm")
@@ -53,15 +54,22 @@ def _replicated(init):
   return nn.with_logical_partitioning(init, (axes.NORM,))
 
 
+def takes_epsilon(name: str) -> bool:
+  """Whether the norm registered as `name` takes `epsilon` (`model.norm_epsilon`; the built-in ones do, a plug-in
+  written before it existed may not)."""
+  parameters = inspect.signature(get(name)).parameters
+  return "epsilon" in parameters or any(p.kind == p.VAR_KEYWORD for p in parameters.values())
+
+
 @register("layernorm")
-def layernorm(*, use_bias: bool = True, name: str | None = None) -> nn.Module:
-  """LayerNorm (Ba et al. 2016; the paper's): (x - mean) / sqrt(var + 1e-6) * scale + bias."""
-  return nn.LayerNorm(epsilon=EPSILON, use_bias=use_bias, scale_init=_replicated(nn.initializers.ones),
+def layernorm(*, use_bias: bool = True, name: str | None = None, epsilon: float = EPSILON) -> nn.Module:
+  """LayerNorm (Ba et al. 2016; the paper's): (x - mean) / sqrt(var + epsilon) * scale + bias."""
+  return nn.LayerNorm(epsilon=epsilon, use_bias=use_bias, scale_init=_replicated(nn.initializers.ones),
                       bias_init=_replicated(nn.initializers.zeros), name=name)
 
 
 @register("rmsnorm")
-def rmsnorm(*, use_bias: bool = True, name: str | None = None) -> nn.Module:
-  """RMSNorm (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + 1e-6) * scale; no centring, no bias."""
+def rmsnorm(*, use_bias: bool = True, name: str | None = None, epsilon: float = EPSILON) -> nn.Module:
+  """RMSNorm (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + epsilon) * scale; no centring, no bias."""
   del use_bias  # it has none.
-  return nn.RMSNorm(epsilon=EPSILON, scale_init=_replicated(nn.initializers.ones), name=name)
+  return nn.RMSNorm(epsilon=epsilon, scale_init=_replicated(nn.initializers.ones), name=name)

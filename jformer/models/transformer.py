@@ -15,6 +15,7 @@ from jformer.models import remat as remat_lib
 from jformer.models.config import TransformerConfig
 from jformer.models.layers import (AddPositions, AttentionBias, Dropout, Embed, FeedForward, MultiHeadAttention, norm,
                                    residual)
+from jformer.ops import padding_logit
 from jformer.ops.softcap import soft_cap
 
 
@@ -62,8 +63,10 @@ class TransformerLayer(nn.Module):
     cfg = self.config
     sub = dict(dropout=Dropout(cfg.dropout_rate), pre_norm=cfg.norm == "pre", deterministic=deterministic)
     own = self.kind_config or cfg
+    replaced = (own.attention, own.attention_options) != (cfg.attention, cfg.attention_options)
     self_attend = MultiHeadAttention(own, causal=self.causal, rotary=own.positional_encoding.acts == "rotary",
-                                     position_bias=self.position_bias, mesh=self.mesh, name="self_attention")
+                                     position_bias=self.position_bias, mesh=self.mesh,
+                                     teacher=cfg if replaced else None, name="self_attention")
     x_BxLxD = residual(
         x_BxLxD, lambda h: self_attend(h, q_segment_ids=segment_ids_BxL, kv_segment_ids=segment_ids_BxL,
                                        q_positions=positions_BxL, kv_positions=positions_BxL,
@@ -246,7 +249,8 @@ class Decoder(nn.Module):
 
   With `encoded=None` the layers have no encoder-decoder attention: the decoder-only language model.
   The logits are y E^T with E the target embedding (tied, paper Sec. 3.4) or a separate output embedding
-  `[V, D]`, soft-capped when `model.final_logit_softcap` > 0. With `return_hidden=True` the call returns
+  `[V, D]`, soft-capped when `model.final_logit_softcap` > 0, the padding id's masked when not
+  `model.predicts_padding` (`jformer.ops.padding_logit`). With `return_hidden=True` the call returns
   `(y [B, T, D], E [V, D])` instead, for a loss that projects chunk by chunk (`ops.linear_cross_entropy`, given
   the same soft-cap) rather than holding `[B, T, V]` logits.
   """
@@ -274,8 +278,10 @@ class Decoder(nn.Module):
     output_embed = self.embed if cfg.tie_output_embedding else Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype,
                                                                        name="output_embedding")
     if return_hidden:
-      return y_BxTxD.astype(cfg.compute_dtype), output_embed.embedding
-    return soft_cap(output_embed.attend(y_BxTxD).astype(jnp.float32), cfg.final_logit_softcap)
+      hidden = y_BxTxD.astype(cfg.compute_dtype), output_embed.embedding
+      return hidden if cfg.predicts_padding else padding_logit.mask_row(*hidden)
+    logits = soft_cap(output_embed.attend(y_BxTxD).astype(jnp.float32), cfg.final_logit_softcap)
+    return logits if cfg.predicts_padding else padding_logit.mask_logit(logits)
 
 
 class Transformer(nn.Module):
@@ -294,11 +300,11 @@ class Transformer(nn.Module):
 
   def setup(self):
     cfg = self.config
+    embed = lambda name: Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype, cfg.scale_embeddings, name=name)
     if cfg.share_embeddings:
-      source_embed = target_embed = Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype, name="shared_embedding")
+      source_embed = target_embed = embed("shared_embedding")
     else:
-      source_embed = Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype, name="source_embedding")
-      target_embed = Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype, name="target_embedding")
+      source_embed, target_embed = embed("source_embedding"), embed("target_embedding")
     self.encoder = Encoder(cfg, source_embed, self.mesh)
     self.decoder = Decoder(cfg, target_embed, self.mesh)
 

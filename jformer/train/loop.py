@@ -34,7 +34,7 @@ from jformer import checkpoint, coordination, data, paths, tasks
 from jformer import config as config_lib
 from jformer.models.summary import param_shapes
 from jformer.parallel import say
-from jformer.train import averaging, optim, workdir_lock
+from jformer.train import averaging, initialize, transfer, workdir_lock
 from jformer.train.budget import Budget, stored_plan
 from jformer.train.cost import StepCost, StepProfile, peak_memory
 from jformer.train.preemption import Preempted, Preemption
@@ -129,6 +129,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLik
   """
   workdir = paths.absolute(workdir)
   check_resume(config, workdir)  # a changed model, vocabulary or data: one line naming the keys, nothing written.
+  initialize.check_source(config, workdir)  # train.initialize_from without its vocabulary: one line.
   stored_plan(config, workdir)  # another train.budget_minutes than the one planned: one line, nothing written.
   done = finished_results(config, workdir)
   if done is not None:  # run again: one line, nothing changed.
@@ -163,7 +164,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
   example = {k: jnp.zeros((1, config.data.max_length), jnp.int32) for k in ("inputs", "targets")}
 
   def runner_for(total_steps):  # its learning rate cools down over the last steps of total_steps (None: unknown).
-    tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model, total_steps)
+    tx, schedule = transfer.run_optimizer(config, total_steps)
     return make_runner(config, model, tx, schedule, example)
 
   schedule_steps = None if config.train.budget_minutes else config.train.steps
@@ -180,6 +181,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
     fits = checkpoint.shapes.expected(param_shapes(model))  # a step of another model is named, and skipped.
     state = runner.from_checkpoint(checkpointer.restore(runner.abstract_state(), datasets.train, params=fits))
     say(f"resumed from step {checkpointer.latest_step()} ({checkpointer.directory})")
+  elif config.train.initialize_from:
+    state = initialize.start_from(config, workdir, runner, state)
   start_step = int(runner.checkpoint_view(state).step)
 
   cost = StepCost.of(model.config, config.data.max_length)  # on a CPU a short matmul probe, before any clock starts.

@@ -71,7 +71,7 @@ class MeshRunner(_MetricTotals):
   mode = parallel.MESH
 
   def __init__(self, model, tx, schedule, *, label_smoothing: float, grad_accumulation_steps: int,
-               example_batch: dict, allowed_skips: int = 0):
+               example_batch: dict, allowed_skips: int = 0, attention_transfer: int = 0):
     if model.mesh is None:
       raise ValueError("the mesh runner runs a model built with its mesh (tasks.build_model(config, "
                        "mesh=runner.placement(config.parallel)), or use make_runner")
@@ -85,7 +85,7 @@ class MeshRunner(_MetricTotals):
     self.batch_sharding = nn.logical_to_mesh_sharding(PartitionSpec(axes.BATCH), self.mesh, axes.RULES)
     self._batch_parallelism = self.mesh.shape[axes.DATA] * self.mesh.shape[axes.FSDP]
     step = make_train_step(model, tx, schedule, label_smoothing=label_smoothing,
-                           grad_accumulation_steps=grad_accumulation_steps)
+                           grad_accumulation_steps=grad_accumulation_steps, attention_transfer=attention_transfer)
     self._train_step = jax.jit(step, in_shardings=(self.state_sharding, self.batch_sharding),
                                out_shardings=(self.state_sharding, None), donate_argnums=0)
     self._eval_step = jax.jit(make_eval_step(model),
@@ -149,13 +149,14 @@ class PmapRunner(_MetricTotals):
   mode = parallel.PMAP
 
   def __init__(self, model, tx, schedule, *, label_smoothing: float, grad_accumulation_steps: int,
-               example_batch: dict, allowed_skips: int = 0):
+               example_batch: dict, allowed_skips: int = 0, attention_transfer: int = 0):
     if model.mesh is not None:
       raise ValueError("the pmap runner runs the whole step on each device: build its model without a mesh")
     self.devices = jax.local_devices()
     self._init = jax.jit(lambda rng: init_train_state(model, tx, rng, example_batch))
     step = make_train_step(model, tx, schedule, label_smoothing=label_smoothing,
-                           grad_accumulation_steps=grad_accumulation_steps, axis_name=PMAP_AXIS)
+                           grad_accumulation_steps=grad_accumulation_steps, axis_name=PMAP_AXIS,
+                           attention_transfer=attention_transfer)
     self._train_step = jax.pmap(step, axis_name=PMAP_AXIS, donate_argnums=0)
     self._eval_step = jax.pmap(make_eval_step(model, axis_name=PMAP_AXIS), axis_name=PMAP_AXIS)
     self._build_totals(allowed_skips)
@@ -256,4 +257,5 @@ def make_runner(config, model, tx, schedule, example_batch: dict):
     model = model.clone(mesh=wanted)
   return RUNNERS[config.parallel.mode](model, tx, schedule, label_smoothing=config.train.label_smoothing,
                                        grad_accumulation_steps=config.train.grad_accumulation_steps,
-                                       example_batch=example_batch, allowed_skips=config.train.skip_nonfinite_updates)
+                                       example_batch=example_batch, allowed_skips=config.train.skip_nonfinite_updates,
+                                       attention_transfer=config.train.attention_transfer)

@@ -11,6 +11,7 @@ import optax
 
 from jformer.ops.linear_cross_entropy import Sums, linear_cross_entropy_sums
 from jformer.ops.tokens import PAD_ID
+from jformer.train import transfer
 from jformer.train.state import TrainState
 
 # What the train step's `metrics["finite"]` flags say, in order (each True when all its values are finite).
@@ -47,7 +48,7 @@ def output_loss_sums(model, params, batch: dict, label_smoothing: float, *, z_lo
 
 
 def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumulation_steps: int = 1,
-                    axis_name: str | None = None):
+                    axis_name: str | None = None, attention_transfer: int = 0):
   """Builds `train_step(state, batch) -> (state, metrics)`.
 
   The loss is the label-smoothed cross-entropy, plus the z-loss when `model.z_loss` > 0 (`metrics["z_loss"]`
@@ -62,12 +63,25 @@ def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumul
   one more `skipped_updates`. `metrics["finite"]` holds one flag per `FINITE_CHECKS` entry,
   `metrics["skipped_updates"]` the running count and `metrics["step"]` the step just taken (the new
   `state.step`); the caller decides how many skips it tolerates.
+
+  The first `attention_transfer` steps minimise the attention-transfer loss instead (`jformer.train.transfer`;
+  `loss` is then the sum of the layers' mean squared errors, `accuracy` 0).
   """
 
-  def loss_sums(params, micro_batch, rng):
+  def lm_sums(params, micro_batch, rng):
     sums = output_loss_sums(model, params, micro_batch, label_smoothing, z_loss=model.config.z_loss,
                             deterministic=False, rngs={"dropout": rng})
     return sums.loss, (sums.weight, sums.correct, sums.z_loss)
+
+  def transfer_sums(params, micro_batch, rng):
+    del rng  # deterministic: the teacher's outputs are the target.
+    weight = jnp.sum(token_weights(micro_batch))
+    return transfer.transfer_loss(model, params, micro_batch) * weight, (weight, jnp.zeros(()), jnp.zeros(()))
+
+  def loss_sums(params, micro_batch, rng, step):
+    if not attention_transfer:
+      return lm_sums(params, micro_batch, rng)
+    return jax.lax.cond(step < attention_transfer, transfer_sums, lm_sums, params, micro_batch, rng)
 
   loss_and_grad = jax.value_and_grad(loss_sums, has_aux=True)
 
@@ -81,7 +95,7 @@ def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumul
     def accumulate(carry, inputs):
       index, micro_batch = inputs
       (loss_sum, weight_sum, correct, z_loss_sum), grads = carry
-      (l, (w, c, z)), g = loss_and_grad(state.params, micro_batch, jax.random.fold_in(rng, index))
+      (l, (w, c, z)), g = loss_and_grad(state.params, micro_batch, jax.random.fold_in(rng, index), state.step)
       return ((loss_sum + l, weight_sum + w, correct + c, z_loss_sum + z), jax.tree.map(jnp.add, grads, g)), None
 
     zeros = (jnp.zeros(()), jnp.zeros(()), jnp.zeros(()), jnp.zeros(()))

@@ -1,0 +1,177 @@
+"""Hugging Face checkpoints in and out: `jformer import-hf SOURCE --workdir=DIR` and `jformer export-hf --workdir=DIR
+OUT`.
+
+An import writes a run's workdir that every command works on (`generate`, `evaluate`, `train` to fine-tune and
+resume, `export-hf`):
+
+    DIR/config.json           the run's config: the model section from the family's config.json, the rest
+                              `FINE_TUNING` and the --config overrides of the import
+    DIR/checkpoints/0/        the training state at step 0: the converted parameters, a fresh optimizer state
+    DIR/vocab/                the family's tokenizer in jformer's ids (`jformer.data.pretrained_vocab`)
+    DIR/pretrained/           the source's config.json and tokenizer files, which an export writes back
+
+An export writes the parameters of a run's checkpoint through the same table into `OUT/model.safetensors` (float32)
+beside those files: a folder `transformers`' `from_pretrained` loads. It refuses a model that no longer has its
+family's shape (a changed pattern of layer kinds, say), naming what differs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax
+import ml_collections
+import numpy as np
+from etils import epath
+from flax import traverse_util
+
+from jformer import checkpoint, paths, tasks
+from jformer import config as config_lib
+from jformer.checkpoint import shapes
+from jformer.data.pretrained_vocab import FILE_NAME, PretrainedTokenizer, VocabularyMap
+from jformer.interop import gpt2, llama  # noqa: F401 (their families register)
+from jformer.interop import safetensors_io, tables
+from jformer.interop.family import family_of
+from jformer.models import TransformerConfig
+from jformer.models.summary import param_shapes
+from jformer.train import transfer
+from jformer.train.loop import write_config
+from jformer.train.state import TrainState
+
+PRETRAINED_DIR = "pretrained"
+WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+# What an imported run trains with unless the import's --config overrides say otherwise: the documents of `text`
+# (the bundled English corpus, or data.path), short fine-tuning steps without label smoothing.
+FINE_TUNING = {"data.dataset": "text", "data.pack": "documents", "data.max_length": 256, "data.batch_size": 8,
+               "data.eval_batch_size": 8, "train.steps": 1000, "train.label_smoothing": 0.0,
+               "optimizer.warmup_steps": 100, "optimizer.grad_clip_norm": 1.0, "train.checkpoint_every": 100,
+               "train.eval_every": 100, "train.log_every": 10}
+# Model fields an imported run may set otherwise (they do not change what the parameters compute).
+FREE_MODEL_FIELDS = ("dropout_rate", "attention_dropout_rate", "dtype", "remat", "scan_layers", "z_loss")
+
+
+def read_config(folder: epath.PathLike) -> dict:
+  path = epath.Path(folder) / "config.json"
+  if not path.exists():
+    raise FileNotFoundError(f"{path} does not exist: give a folder in the Hugging Face layout (config.json, "
+                            "model.safetensors, tokenizer files)")
+  return json.loads(path.read_text())
+
+
+def convert(folder: epath.PathLike) -> tuple[dict, dict, VocabularyMap]:
+  """(jformer model fields, params as a nested dict of float32 arrays, vocabulary map) of a Hugging Face folder."""
+  hf = read_config(folder)
+  family = family_of(hf)
+  vocabulary = VocabularyMap(*family.special_ids(hf), hf["vocab_size"])
+  # A start token that also ends (one jformer id more): its extra id 0 is never predicted, as the family's softmax.
+  fields = {**family.model_fields(hf), "vocab_size": vocabulary.vocab_size,
+            "predicts_padding": vocabulary.start_id != vocabulary.end_id}
+  tensors = safetensors_io.read_folder(folder)
+  flat = tables.to_jformer(family.rows(hf, vocabulary), tensors, family.num_layers(hf), ignored=family.ignored(hf))
+  params = traverse_util.unflatten_dict({path: np.asarray(x, np.float32) for path, x in flat.items()}, sep="/")
+  return fields, params, vocabulary
+
+
+def to_pretrained_tensors(hf: dict, params) -> dict[str, np.ndarray]:
+  """The family's float32 tensors of jformer `params` (a nested dict), through the table read backwards."""
+  family = family_of(hf)
+  vocabulary = VocabularyMap(*family.special_ids(hf), hf["vocab_size"])
+  flat = traverse_util.flatten_dict(jax.tree.map(np.asarray, params), sep="/")
+  return {name: np.ascontiguousarray(x, np.float32)
+          for name, x in tables.to_pretrained(family.rows(hf, vocabulary), flat, family.num_layers(hf)).items()}
+
+
+def _tokenizer_file(folder: epath.Path) -> tuple[str, bytes]:
+  """(kind, bytes) of the folder's tokenizer: `tokenizer.json` (Hugging Face tokenizers) or a SentencePiece
+  `tokenizer.model`."""
+  if (folder / "tokenizer.json").exists():
+    return "tokenizers", (folder / "tokenizer.json").read_bytes()
+  if (folder / "tokenizer.model").exists():
+    return "sentencepiece", (folder / "tokenizer.model").read_bytes()
+  raise FileNotFoundError(f"{folder} holds no tokenizer.json or tokenizer.model: jformer needs the family's "
+                          "tokenizer to read and write text")
+
+
+def _source_folder(source: str) -> epath.Path:
+  """A local folder, or a hub name fetched by `huggingface_hub` (online only)."""
+  folder = epath.Path(source)
+  if folder.is_dir():
+    return folder
+  if "/" in source and not os.path.exists(source):
+    try:
+      from huggingface_hub import snapshot_download
+    except ImportError:
+      raise FileNotFoundError(f"{source} is not a folder; a hub name needs `pip install huggingface_hub` and a "
+                              "network") from None
+    return epath.Path(snapshot_download(source, allow_patterns=["*.json", "*.safetensors", "tokenizer.model"]))
+  raise FileNotFoundError(f"{source} is not a folder in the Hugging Face layout")
+
+
+def import_hf(source: str, workdir: epath.PathLike, overrides: dict | None = None) -> ml_collections.ConfigDict:
+  """Writes the workdir of module doc from the Hugging Face model at `source`; returns the run's config. Refuses a
+  workdir that already holds a run."""
+  folder, workdir = _source_folder(source), paths.absolute(workdir)
+  if (workdir / "config.json").exists():
+    raise ValueError(f"{workdir} already holds a run; import into a new --workdir")
+  kind, tokenizer = _tokenizer_file(folder)
+  fields, params, vocabulary = convert(folder)
+  overrides = dict(overrides or {})
+  fixed = sorted(key for key in overrides if key.startswith("model.") and key[6:] not in FREE_MODEL_FIELDS)
+  if fixed:
+    raise ValueError(f"{fixed} come from the pretrained model's config.json; an import may set only "
+                     f"{[f'model.{f}' for f in FREE_MODEL_FIELDS]} of the model (a converted model: train "
+                     "--config.train.initialize_from)")
+  values = {f"model.{key}": value for key, value in fields.items()}
+  config = config_lib.checked(config_lib.from_values({**values, **FINE_TUNING, **overrides}))
+  model = tasks.build_model(config)
+  problem = shapes.difference(shapes.expected(param_shapes(model)), params)
+  if problem:
+    raise ValueError(f"the converted parameters do not fit the model jformer builds from config.json: {problem}")
+  workdir.mkdir(parents=True, exist_ok=True)
+  (workdir / "vocab").mkdir(exist_ok=True)
+  PretrainedTokenizer.write(workdir / "vocab" / FILE_NAME, kind=kind, tokenizer=tokenizer, vocabulary=vocabulary)
+  kept = workdir / PRETRAINED_DIR
+  kept.mkdir(exist_ok=True)
+  for file in folder.iterdir():
+    if file.is_file() and file.name not in WEIGHTS and not file.name.endswith((".safetensors", ".bin", ".pt")):
+      (kept / file.name).write_bytes(file.read_bytes())
+  tx, _ = transfer.run_optimizer(config, config.train.steps)  # the optimizer state a `train` resume expects.
+  _, train_rng = jax.random.split(jax.random.PRNGKey(config.train.seed))  # as `init_train_state` splits it.
+  state = TrainState(step=np.zeros((), np.int32), params=params, opt_state=tx.init(params), rng=train_rng,
+                     skipped_updates=np.zeros((), np.int32))
+  with checkpoint.Checkpointer(checkpoint.checkpoints_dir(workdir)) as checkpointer:
+    checkpointer.save(0, state, force=True)
+  write_config(config, workdir)
+  return config
+
+
+def export_hf(workdir: epath.PathLike, out: epath.PathLike, which: str = "auto") -> list[str]:
+  """Writes the folder of module doc at `out` from the run in `workdir` (its `which` checkpoint); returns the
+  files written. Refuses a run not imported by `import_hf` and a model that no longer has its family's shape."""
+  workdir, out = paths.absolute(workdir), paths.absolute(out)
+  kept = workdir / PRETRAINED_DIR
+  if not (kept / "config.json").exists():
+    raise FileNotFoundError(f"{workdir} holds no {PRETRAINED_DIR}/config.json: export-hf writes back a model "
+                            "imported by `jformer import-hf` (its family's config and tokenizer files)")
+  config = config_lib.load_run(workdir)
+  hf = json.loads((kept / "config.json").read_text())
+  family = family_of(hf)
+  wanted = TransformerConfig.from_config({**dict(config.model), **family.model_fields(hf),
+                                          **{f: config.model[f] for f in FREE_MODEL_FIELDS}})
+  have = TransformerConfig.from_config(config.model)
+  if have != wanted:
+    differ = [f"model.{f}" for f in wanted.__dataclass_fields__ if getattr(have, f) != getattr(wanted, f)]
+    raise ValueError(f"the run's model differs from its family's ({family.name}) in {differ}: a "
+                     f"{hf.get('model_type')} checkpoint cannot hold it")
+  params = checkpoint.load_run_params(workdir, which, model=tasks.build_model(config))
+  tensors = to_pretrained_tensors(hf, params)
+  if out.exists() and any(out.iterdir()):
+    raise ValueError(f"{out} is not empty; export into a new folder")
+  out.mkdir(parents=True, exist_ok=True)
+  for file in kept.iterdir():
+    (out / file.name).write_bytes(file.read_bytes())
+  hf["torch_dtype"] = hf["dtype"] = "float32"
+  paths.write_atomically(out / "config.json", json.dumps(hf, indent=2) + "\n")
+  safetensors_io.write(out / "model.safetensors", tensors, metadata={"format": "pt"})
+  return sorted(file.name for file in out.iterdir())

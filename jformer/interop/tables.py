@@ -1,0 +1,114 @@
+"""A family's mapping table, read both ways: each row names pretrained tensors, the jformer parameters they become and
+the transform between them, so import and export cannot drift apart.
+
+Names: a pretrained tensor is named as in its safetensors file ("model.layers.0.self_attn.q_proj.weight"), a jformer
+parameter by its path in the params tree joined by "/" ("decoder/layer_0/self_attention/query/kernel"); "{i}" in a
+row stands for every layer index. Shapes: D d_model, H query heads, G key/value heads, K head_dim, F d_ff, V vocab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Transform:
+  """`to_jformer(*pretrained) -> tuple of jformer arrays` and its inverse `to_pretrained(*jformer) -> tuple`."""
+  to_jformer: Callable[..., tuple]
+  to_pretrained: Callable[..., tuple]
+
+
+IDENTITY = Transform(lambda x: (x,), lambda x: (x,))
+# torch.nn.Linear keeps `weight` as [out, in]; a jformer kernel is [in, out].
+LINEAR = Transform(lambda w: (w.T,), lambda w: (w.T,))
+
+
+def heads_in(heads: int, head_dim: int) -> Transform:
+  """A Linear into heads, [H K, D] <-> kernel [D, H, K]."""
+  return Transform(lambda w: (w.T.reshape(w.shape[1], heads, head_dim),),
+                   lambda w: (w.reshape(w.shape[0], heads * head_dim).T,))
+
+
+def heads_bias(heads: int, head_dim: int) -> Transform:
+  """Its bias, [H K] <-> [H, K]."""
+  return Transform(lambda b: (b.reshape(heads, head_dim),), lambda b: (b.reshape(heads * head_dim),))
+
+
+def heads_out(heads: int, head_dim: int) -> Transform:
+  """The output Linear from heads, [D, H K] <-> kernel [H, K, D]."""
+  return Transform(lambda w: (w.T.reshape(heads, head_dim, w.shape[0]),),
+                   lambda w: (w.reshape(heads * head_dim, w.shape[-1]).T,))
+
+
+def vocab_rows(pretrained_ids: np.ndarray, jformer_ids: np.ndarray) -> Transform:
+  """Rows in the pretrained vocabulary's order [V_pretrained, ...] <-> jformer's order [V, ...]
+  (`jformer.data.pretrained_vocab.VocabularyMap`)."""
+  return Transform(lambda w: (w[pretrained_ids],), lambda w: (w[jformer_ids],))
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  """Pretrained tensor names <-> jformer parameter paths (each a name or a tuple of names), through `transform`."""
+  pretrained: str | tuple[str, ...]
+  jformer: str | tuple[str, ...]
+  transform: Transform = IDENTITY
+
+  def expanded(self, num_layers: int) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
+    """(pretrained names, jformer paths) of every layer the row stands for ("{i}" filled in), or the row itself."""
+    pretrained, jformer = _names(self.pretrained), _names(self.jformer)
+    if not any("{i}" in name for name in pretrained + jformer):
+      return [(pretrained, jformer)]
+    return [(tuple(n.format(i=i) for n in pretrained), tuple(n.format(i=i) for n in jformer))
+            for i in range(num_layers)]
+
+
+def _names(names: str | tuple[str, ...]) -> tuple[str, ...]:
+  return (names,) if isinstance(names, str) else tuple(names)
+
+
+def _convert(rows: Sequence[Row], arrays: Mapping[str, np.ndarray], num_layers: int, *,
+             to_jformer: bool) -> tuple[dict[str, np.ndarray], set[str]]:
+  """(the arrays the rows make of `arrays`, the names they read), read towards jformer or back."""
+  out, used = {}, set()
+  for row in rows:
+    for names, paths in row.expanded(num_layers):
+      source, target = (names, paths) if to_jformer else (paths, names)
+      missing = [name for name in source if name not in arrays]
+      if missing:
+        raise ValueError(f"the checkpoint lacks {missing} (its family's table reads them); is it complete?"
+                         if to_jformer else f"the parameters lack {missing}, which the family's table writes")
+      transform = row.transform.to_jformer if to_jformer else row.transform.to_pretrained
+      out.update(zip(target, transform(*(np.asarray(arrays[name]) for name in source)), strict=True))
+      used.update(source)
+  return out, used
+
+
+def _some(names: list[str]) -> str:
+  return f"{names[:8]}" + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+
+
+def to_jformer(rows: Sequence[Row], tensors: Mapping[str, np.ndarray], num_layers: int, *,
+               ignored: Sequence[str] = ()) -> dict[str, np.ndarray]:
+  """{jformer path: array} from the pretrained `tensors`; every tensor must be read by a row or match an `ignored`
+  pattern (buffers the model recomputes), else ValueError names the ones left over (and a row's missing tensor)."""
+  params, used = _convert(rows, tensors, num_layers, to_jformer=True)
+  unread = sorted(name for name in set(tensors) - used if not any(re.fullmatch(p, name) for p in ignored))
+  if unread:
+    raise ValueError(f"the checkpoint holds tensors this family's table does not read: {_some(unread)}; a variant "
+                     "jformer cannot represent yet (open an issue naming its architecture)")
+  return params
+
+
+def to_pretrained(rows: Sequence[Row], params: Mapping[str, np.ndarray], num_layers: int) -> dict[str, np.ndarray]:
+  """{pretrained name: array} from jformer's flat `params` (`flax.traverse_util.flatten_dict(..., sep="/")`);
+  every parameter must be written by a row, else ValueError names the ones left over (parameters the family has
+  no tensor for: a changed model)."""
+  tensors, used = _convert(rows, params, num_layers, to_jformer=False)
+  unwritten = sorted(set(params) - used)
+  if unwritten:
+    raise ValueError(f"the model has parameters its family's checkpoint has no tensor for: {_some(unwritten)}")
+  return tensors
