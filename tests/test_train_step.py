@@ -136,13 +136,15 @@ def test_tiny_model_overfits_16_pairs_until_greedy_reproduces_them(repo_root, ti
     batch["inputs"][i, :len(s)], batch["targets"][i, :len(t)] = s, t
   config = tiny_config(repo_root, **{"model.vocab_size": tokenizer.vocab_size, "model.d_model": 64,
                                      "model.d_ff": 128, "model.max_length": 128, "model.dropout_rate": 0.0,
-                                     "optimizer.warmup_steps": 50, "optimizer.learning_rate_scale": 2.0})
+                                     "optimizer.warmup_steps": 50})
+  # The paper's rate (scale 1) converges in 100-150 steps here at XLA's default and -O0 back ends alike; twice it
+  # diverged early under -O0 and oscillated around 99% for 1,500 steps (its rounding decides the path at that rate).
   model = tasks.build_model(config)
   tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
   state = init_train_state(model, tx, jax.random.PRNGKey(0), batch)
   step = jax.jit(make_train_step(model, tx, schedule, label_smoothing=0.0), donate_argnums=0)
   evaluate = jax.jit(make_eval_step(model))
-  for _ in range(1500):
+  for _ in range(600):
     state, _ = step(state, batch)  # its metrics are of the parameters before this update: evaluate the new ones.
     sums = evaluate(state.params, batch)
     accuracy, loss = float(sums["correct"] / sums["tokens"]), float(sums["nll_sum"] / sums["tokens"])
