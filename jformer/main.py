@@ -166,7 +166,8 @@ def average_checkpoints(args, overrides):
   from jformer import config as config_lib
 
   _quiet_logs()
-  config_lib.load_run(args.workdir, overrides)  # refuses overrides that do not fit the run, as on every command.
+  # Refuses overrides that do not fit the run, as on every command; runs no model, so on any backend.
+  config_lib.load_run(args.workdir, overrides, backend=None)
   params, steps = checkpoint.average_params(checkpoint.checkpoints_dir(args.workdir), last=args.last)
   path = checkpoint.averaged_dir(args.workdir)
   checkpoint.save_params(path, params, overwrite=True)

@@ -113,8 +113,19 @@ def test_sample_sentences_is_seeded_and_capped():
 
 
 def test_too_large_vocab_names_the_fix():
-  with pytest.raises(ValueError, match="smaller vocab_size"):
+  with pytest.raises(ValueError, match="too few distinct pieces for it: lower model.vocab_size"):
     train_tokenizer(["a tiny corpus", "with few pieces"], vocab_size=500)
+
+
+@pytest.mark.parametrize("vocab_size", [100, 500])
+def test_lines_too_long_for_sentencepiece_are_named_whatever_the_vocab_size(vocab_size):
+  """A text of lines longer than SentencePiece trains on (it skips them) leaves nothing to train on: the advice
+  names the line length, not the vocabulary size."""
+  line = " ".join(f"word{i % 997}" for i in range(1000))  # 7,883 bytes.
+  with pytest.raises(ValueError, match=r"SentencePiece skips lines longer than 4,192 bytes, and 2 of the 2 training "
+                                       r"lines are \(the longest has 7,883\).*whatever model.vocab_size: break the "
+                                       "text into lines"):
+    train_tokenizer([line, line], vocab_size=vocab_size)
 
 
 def test_a_lossless_vocabulary_gives_back_every_byte(texts):

@@ -114,7 +114,9 @@ def finished_results(config, workdir: epath.PathLike) -> dict | None:
 
 
 def write_config(config, workdir: epath.PathLike) -> None:
-  """Writes the resolved config to `<workdir>/config.json` (after `check_resume`), and its checksum."""
+  """Writes the resolved config to `<workdir>/config.json` (after `check_resume`), and its checksum: the run's
+  identity, written at a start's first step (or before a rerun's final test), so that a start refused or failed
+  before it (data, vocabulary, compilation) leaves nothing that refuses the corrected command."""
   write_json(epath.Path(workdir) / "config.json", json.loads(config.to_json_best_effort()))
   if jax.process_index() == 0:
     config_lib.record_config(workdir)
@@ -148,7 +150,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLik
 
 
 def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLike, preemption: Preemption) -> dict:
-  write_config(config, workdir)
   tokenizer = data.prepare(config, workdir)  # tfds data and vocabulary: process 0 first, then the others.
   if tokenizer.vocab_size != config.model.vocab_size:
     raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but model.vocab_size={config.model.vocab_size}")
@@ -229,6 +230,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
           results["step_temp_mib"] = temp_bytes / 2**20
           say(f"train step: {results['step_temp_mib']:,.1f} MiB of temporary memory per device (compiled)")
       state, metrics = runner.train_step(state, batch)
+      if step == start_step + 1:  # the run's identity, recorded once a step exists (a failed start leaves none).
+        write_config(config, workdir)
       totals = runner.add_to_totals(totals, metrics)
       progress.step(input_tokens, timed=step > start_step + 1)  # the first step includes compilation.
       evaluated = budget.after_step(step, state, lambda log: evaluate(step, log))  # planning: times an evaluation.
@@ -273,6 +276,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
       results["tokens_per_second"] = progress.train_tokens / max(progress.train_seconds, 1e-9)
       write_json(workdir / RESULTS_FILE, results)  # the training's results, before the (resumable) final test.
     preemption.check("before the final test")
+    if not trained:  # a rerun that only tests: this start's config recorded as a training start's is.
+      write_config(config, workdir)
     params = runner.host_params(state)
     if config.train.average_checkpoints > 1:
       if "eval_loss" not in results:  # a run whose last step's evaluation is not in its results.
