@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -378,9 +378,13 @@ class TransformerConfig:
     if reason:
       raise ValueError(reason)
 
-  def validate(self) -> None:
+  def validate(self, option_groups: Mapping[str, str] | None = None) -> None:
     """Checks combinations that would fail later or silently compute the wrong thing (a config's field values
-    have been checked against their declarations before, `jformer.config.validate`)."""
+    have been checked against their declarations before, `jformer.config.validate`). `option_groups`: the config
+    key of each option group a layer kind sets itself ({'attention_options':
+    'model.layer_kinds.<kind>.attention_options'}), named in its errors (default: the model's)."""
+    groups = {name: f"model.{name}" for name in ("attention_options", "positional_options")}
+    groups.update(option_groups or {})
     problems = []
     if self.d_model % self.num_heads:
       problems.append(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
@@ -413,15 +417,17 @@ class TransformerConfig:
                         "shared across layers); set model.scan_layers=False or another positional")
     if problems:
       raise ValueError("invalid model config: " + "; ".join(problems))
-    for kind, layer in self.kind_configs.items():
+    for kind, values in self.layer_kinds:
       try:
-        layer.validate()
+        self.kind_configs[kind].validate({key: f"model.layer_kinds.{kind}.{key}" for key, _ in values
+                                          if key.endswith("_options")})
       except ValueError as e:
         raise ValueError(f"invalid model config: layer kind '{kind}' (model.layer_kinds.{kind}): "
                          f"{str(e).removeprefix('invalid model config: ')}") from None
     try:
-      self.positional_encoding.check(self.dims, dict(self.positional_options))
-      self.attention_variant.check(options=dict(self.attention_options), dims=self.dims)
+      self.positional_encoding.check(self.dims, dict(self.positional_options), group=groups["positional_options"])
+      self.attention_variant.check(options=dict(self.attention_options), dims=self.dims,
+                                   group=groups["attention_options"])
       self.check_attention()
     except ValueError as e:
       raise ValueError(f"invalid model config: {e}") from None

@@ -36,7 +36,7 @@ from jformer.models.summary import param_shapes
 from jformer.parallel import say
 from jformer.train import averaging, optim, workdir_lock
 from jformer.train.budget import Budget, stored_plan
-from jformer.train.preemption import Preempted, Preemption
+from jformer.train.preemption import Preempted, Preemption, stop_at_once
 from jformer.train.progress import Progress, format_duration, write_json
 from jformer.train.runner import eval_step_for_host_params, make_runner, placement
 from jformer.train.step import FINITE_CHECKS
@@ -286,8 +286,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
           config.train, workdir, results["step"], params, results["eval_loss"],
           lambda mean: task.evaluate(runner.eval_step, runner.device_params(mean), "valid"))
       results.update(averaged_results)
-    results.update(task.final_results(model, params, eval_step_for_host_params(runner, params)),
-                   finished=True)
+    with stop_at_once("during the final test"):  # nothing to save: the rerun tests again (its results unfinished).
+      results.update(task.final_results(model, params, eval_step_for_host_params(runner, params)),
+                     finished=True)
     progress.scalars(results["step"], task.final_scalars(results), prefix="test/")
     write_json(workdir / RESULTS_FILE, results)
     trained_line = (f"{results['tokens_per_second']:,.0f} tokens/s over {format_duration(results['train_seconds'])} "
