@@ -286,6 +286,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
           config.train, workdir, results["step"], params, results["eval_loss"],
           lambda mean: task.evaluate(runner.eval_step, runner.device_params(mean), "valid"))
       results.update(averaged_results)
+    say(f"final test of step {results['step']}")
     with stop_at_once("during the final test"):  # nothing to save: the rerun tests again (its results unfinished).
       results.update(task.final_results(model, params, eval_step_for_host_params(runner, params)),
                      finished=True)
