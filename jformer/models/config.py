@@ -326,7 +326,7 @@ class TransformerConfig:
     else:
       dtypes = [resolve_dtype(runtime.auto_dtype(backend))] if backend else [jnp.float32, jnp.bfloat16]
     per_dtype = [self.attention_calls(dtype, encoder_decoder=encoder_decoder) for dtype in dtypes]
-    for where, key, call in per_dtype[0]:
+    for _, key, call in per_dtype[0]:
       platforms = call.variant.platforms
       if backend and platforms is not None and backend not in platforms:
         return (f"attention variant '{call.variant.name}' ({key}) runs only on {' and '.join(sorted(platforms))} "
