@@ -143,10 +143,9 @@ def test_decode_function_drives_the_example_with_eos_blocked_and_its_cache_threa
                        {"models.py": STAND_IN_MODELS, "decode.py": STAND_IN_DECODE})
   modules = flax_wmt_example.load(sdist)
   inputs = jax.numpy.asarray(np.random.default_rng(0).integers(1, 64, (2, 8), dtype=np.int32))
-  for beams in (3, 1):
-    run, params = flax_wmt_example.decode_function(modules, toy_shape(), "float32", inputs, steps=5, beam_size=beams,
-                                                   alpha=0.6, eos_id=2)
-    np.testing.assert_array_equal(jax.jit(run)(params, inputs), [[4, 5, 6, 7, 8]] * 2)
+  run, params = flax_wmt_example.decode_function(modules, toy_shape(), "float32", inputs, steps=5, beam_size=3,
+                                                 alpha=0.6, eos_id=2)
+  np.testing.assert_array_equal(jax.jit(run)(params, inputs), [[4, 5, 6, 7, 8]] * 2)
 
 
 @pytest.mark.slow  # where the real release is at hand (benchmarks/decode.py --flax-example fetches it).
