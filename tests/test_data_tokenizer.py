@@ -147,3 +147,30 @@ def test_a_lossless_vocabulary_too_small_for_its_bytes_names_the_fix(texts):
   with pytest.raises(ValueError, match=r"raise model.vocab_size: it must hold every character of the corpus and 256 "
                                        r"byte pieces \(a lossless vocabulary\)"):
     train_tokenizer(texts, vocab_size=200, max_sentences=3000, lossless=True)
+
+
+@pytest.mark.integration  # two tfds builds of the tiny corpus and two vocabularies.
+def test_a_vocabulary_a_start_without_a_step_trained_on_other_data_is_trained_again(tiny_corpus, tmp_path):
+  """A start that failed before its first step recorded no config.json but may have trained the vocabulary: the
+  corrected command, on other data, trains it again for that data (what it was trained on is recorded); once a run
+  has a step (config.json), its vocabulary is never replaced."""
+  import json
+  import shutil
+
+  from helpers import load_tiny
+
+  from jformer import data
+
+  other = shutil.copytree(tiny_corpus, tmp_path / "other")
+  for side in ("src", "tgt"):  # other text: the first 100 pairs only.
+    lines = (other / f"train.{side}").read_text().splitlines(keepends=True)
+    (other / f"train.{side}").write_text("".join(lines[:100]))
+  workdir = tmp_path / "run"
+  record = workdir / "vocab" / "vocab_checksum.json"
+  first = data.load_tokenizer(load_tiny(tiny_corpus), workdir)
+  assert json.loads(record.read_text())["source"]["path"] == str(tiny_corpus)
+  second = data.load_tokenizer(load_tiny(other), workdir)
+  assert second.model_proto != first.model_proto
+  assert json.loads(record.read_text())["source"]["path"] == str(other)
+  (workdir / "config.json").write_text("{}")  # a run that trained a step.
+  assert data.load_tokenizer(load_tiny(tiny_corpus), workdir).model_proto == second.model_proto
