@@ -112,8 +112,9 @@ def translate(args, overrides):
   config = config_lib.load_run(args.workdir, overrides)
   lines = _read_lines(args.input, "sentence")
   model = tasks.build_model(config)
-  params = checkpoint.load_run_params(args.workdir, args.checkpoint, model=model)
+  params, which = checkpoint.run_params(args.workdir, args.checkpoint, model=model)
   translator = make_translator(config, model, params, data.load_tokenizer(config, args.workdir))
+  print(f"jformer translate: translating with {which}", file=sys.stderr)  # stdout holds only the translations.
   _write_lines(translator(lines, rng=jax.random.PRNGKey(config.train.seed)), args.output)
 
 
@@ -150,8 +151,10 @@ def generate(args, overrides):
   model = tasks.build_model(config)
   options = {k: getattr(args, k) for k in ("method", "temperature", "top_k", "top_p", "beam_size", "alpha",
                                            "batch_size")}
-  generator = make_generator(config, model, checkpoint.load_run_params(args.workdir, args.checkpoint, model=model),
-                             data.load_tokenizer(config, args.workdir), max_new_tokens=args.max_new_tokens, **options)
+  params, which = checkpoint.run_params(args.workdir, args.checkpoint, model=model)
+  generator = make_generator(config, model, params, data.load_tokenizer(config, args.workdir),
+                             max_new_tokens=args.max_new_tokens, **options)  # checks the options first.
+  print(f"jformer generate: continuing with {which}", file=sys.stderr)  # stdout holds only the continuations.
   seed = config.train.seed if args.seed is None else args.seed
   _write_lines(generator(lines, rng=jax.random.PRNGKey(seed)), args.output)
 
@@ -170,7 +173,8 @@ def average_checkpoints(args, overrides):
   from jformer import config as config_lib
 
   _quiet_logs()
-  config_lib.load_run(args.workdir, overrides)  # refuses overrides that do not fit the run, as on every command.
+  # Refuses overrides that do not fit the run, as on every command; runs no model, so on any backend.
+  config_lib.load_run(args.workdir, overrides, backend=None)
   params, steps = checkpoint.average_params(checkpoint.checkpoints_dir(args.workdir), last=args.last)
   path = checkpoint.averaged_dir(args.workdir)
   checkpoint.save_params(path, params, overwrite=True)
@@ -200,7 +204,7 @@ evaluate.add_arguments = _evaluate_arguments
 
 
 def _report_card_arguments(parser):
-  parser.add_argument("--workdir", default="",
+  parser.add_argument("--workdir", default=None,
                       help="folder of the card's runs and files (default: runs/report_card/<variant>); finished "
                       "runs there are reused")
   parser.add_argument("--remeasure", action="store_true",
@@ -211,11 +215,22 @@ def _report_card_arguments(parser):
 @command("report-card", "grade an attention variant (--config.model.attention=..., --config.imports=my_file.py) on "
          "synthetic recall tasks, LM bits per byte, step time, memory and decode speed, beside dot_product's card")
 def report_card(args, overrides):
+  from jformer.train.preemption import Preempted, stop_at_once
+
+  _quiet_logs()
+  try:
+    with stop_at_once("while grading"):  # a training part saves a step and stops on its own (then raises too).
+      _grade_and_write(args, overrides)
+  except Preempted as stop:
+    print(f"report card preempted {stop}; run the same command to resume (finished parts are reused)")
+
+
+def _grade_and_write(args, overrides):
+  """`jformer report-card`'s work: grades the variant (and, with --remeasure, the baseline), writes the card."""
   from etils import epath
 
   from jformer import report_card as rc
 
-  _quiet_logs()
   overrides = overrides or dict(rc.BASELINE)
   rc.check_variant(overrides)
   name = rc.variant_name(overrides)
@@ -463,6 +478,9 @@ def main(argv=None):
   runtime.configure_host_allocator()  # before JAX starts its threads.
   runtime.configure_compilation_cache()  # before the first compilation.
   try:
+    if getattr(args, "workdir", None) == "":  # `--workdir=` (an unset shell variable): not the current folder.
+      raise ValueError("--workdir is empty; give the run's folder, e.g. --workdir=runs/demo (--workdir=. for the "
+                       "current folder)")
     fn(args, overrides)
   except (KeyError, ValueError, TypeError, FileNotFoundError, FloatingPointError) as e:
     if getattr(args, "verbose", False):

@@ -80,9 +80,10 @@ def checksum(path: epath.PathLike) -> dict:
   return {"bytes": size, "sha256": digest.hexdigest()}
 
 
-def record_checksum(path: epath.PathLike, record: epath.PathLike) -> None:
-  """Writes `path`'s checksum to the JSON file `record`: what `checksum_problem` later compares the file with."""
-  write_atomically(record, json.dumps({"file": os.fspath(path), **checksum(path)}, indent=1) + "\n")
+def record_checksum(path: epath.PathLike, record: epath.PathLike, **details) -> None:
+  """Writes `path`'s checksum to the JSON file `record`: what `checksum_problem` later compares the file with;
+  `details` (JSON values, e.g. what the file was made from) are recorded beside it."""
+  write_atomically(record, json.dumps({"file": os.fspath(path), **checksum(path), **details}, indent=1) + "\n")
 
 
 def checksum_problem(path: epath.PathLike, record: epath.PathLike) -> str | None:

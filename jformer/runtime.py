@@ -36,10 +36,11 @@ from typing import Callable
 # The persistent compilation cache (module doc): where, and what is worth keeping. XLA:CPU compiles a small model's
 # train step in seconds, its eval and decode steps in about a second; a program quicker to compile than
 # CACHE_MIN_COMPILE_SECONDS is not written (reading an entry costs a file read and a deserialization). Least recently
-# used entries are dropped beyond CACHE_MAX_BYTES (where JAX can: `configure_compilation_cache`).
+# used entries are dropped beyond CACHE_MAX_BYTES (`configure_compilation_cache`).
 CACHE_ENV = "JFORMER_COMPILATION_CACHE"
 CACHE_MIN_COMPILE_SECONDS = 0.5
 CACHE_MAX_BYTES = 4 * 2**30
+CACHE_LOCK_SECONDS = 10  # JAX's own wait for the folder's lock (`LRUCache`'s lock_timeout_secs).
 
 # glibc mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD = -1
@@ -83,22 +84,60 @@ def configure_compilation_cache(*, min_compile_seconds: float = CACHE_MIN_COMPIL
   """Turns on JAX's persistent compilation cache in `compilation_cache_folder()`; returns the folder (None: off).
 
   Call before the first compilation (JAX reads the folder once, when it first compiles); starts no backend.
-  Programs compiled in less than `min_compile_seconds` are not written; entries of any size are. Where the
-  `filelock` package is installed (JAX needs it for a size limit), the cache keeps at most CACHE_MAX_BYTES, least
-  recently used entries dropped; without it the cache is not limited. A folder that cannot be written only costs
-  the warnings JAX logs: compiling goes on without the cache.
+  Programs compiled in less than `min_compile_seconds` are not written; entries of any size are; at most
+  CACHE_MAX_BYTES are kept, least recently used entries dropped.
+
+  Why always with that size limit, and with `filelock` a dependency of jformer: only with a limit does JAX 0.10
+  lock the folder (`jax._src.lru_cache.LRUCache`: a `filelock` lock file, `.lockfile`, around every read, write
+  and eviction) and write beside each entry `<key>-cache` the time it was last used, `<key>-atime`. Without one it
+  writes entries unlocked and without that file (a process may read another's half-written entry), and once
+  another process or a later install turns the limit on, its eviction scan reads every entry's `-atime` and
+  fails on those that lack one, with a warning at every compilation. So every jformer process runs with the
+  limit, the same in every install; an entry that lacks its `-atime` file (written by a process without the
+  limit: an older jformer, or another JAX program sharing the folder) gets one when the cache is configured
+  (`_repair_access_times`, under the same lock), dated by the entry's modification time. Where `filelock` is
+  missing all the same (an install that skipped dependencies) the cache is off, said in one warning line. A
+  folder that cannot be written only costs the warnings JAX logs: compiling goes on without the cache.
   """
   import jax
 
   folder = compilation_cache_folder()
   if folder is None:
     return None
+  if importlib.util.find_spec("filelock") is None:
+    from absl import logging
+
+    logging.warning("persistent compilation cache off: it needs the `filelock` package (a dependency of jformer: "
+                    "pip install filelock), or set %s=off to say so", CACHE_ENV)
+    return None
+  _repair_access_times(folder)
   jax.config.update("jax_compilation_cache_dir", folder)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_compile_seconds))
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-  if importlib.util.find_spec("filelock") is not None:
-    jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
+  jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
   return folder
+
+
+def _repair_access_times(folder: str) -> None:
+  """Writes the missing `<key>-atime` file of each `<key>-cache` entry of a local cache `folder` (the entry's
+  modification time in ns, the little-endian 8 bytes JAX writes), holding JAX's lock on the folder
+  (`configure_compilation_cache` says why). A folder that does not exist yet, or cannot be read or written, is
+  left to JAX."""
+  import filelock
+
+  if "://" in folder or not os.path.isdir(folder):
+    return
+  try:
+    with filelock.FileLock(os.path.join(folder, ".lockfile"), timeout=CACHE_LOCK_SECONDS):
+      for name in os.listdir(folder):
+        if not name.endswith("-cache"):
+          continue
+        atime = os.path.join(folder, name.removesuffix("-cache") + "-atime")
+        if not os.path.exists(atime):
+          with open(atime, "wb") as f:
+            f.write(os.stat(os.path.join(folder, name)).st_mtime_ns.to_bytes(8, "little"))
+  except (OSError, filelock.Timeout):
+    pass
 
 
 def will_run_on_xla_cpu() -> bool:
@@ -112,6 +151,19 @@ def will_run_on_xla_cpu() -> bool:
   if platforms:
     return all(p.strip() == "cpu" for p in platforms.split(",") if p.strip())
   return not accelerator_plugins()
+
+
+def expected_backend() -> str:
+  """The backend JAX's default will be, 'cpu', 'gpu' or 'tpu' (another plugin's own name), decided without
+  initializing any backend, as `will_run_on_xla_cpu` decides: the first platform asked for, else the first
+  accelerator plugin installed (CUDA and ROCm plugins are 'gpu', libtpu 'tpu'), else 'cpu'. What config
+  validation checks a kernel's declared platforms against (`jformer.config.validate`)."""
+  asked = [p.strip() for p in requested_platforms().split(",") if p.strip()]
+  for name in asked or accelerator_plugins():
+    if "tpu" in name:
+      return "tpu"
+    return "cpu" if name == "cpu" else "gpu" if any(gpu in name for gpu in ("cuda", "rocm", "gpu")) else name
+  return "cpu"
 
 
 def requested_platforms() -> str:

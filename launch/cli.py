@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
   if args.backend == "tpu_vm" and args.parallel is not None:
     return _error("--parallel does not apply to --backend=tpu_vm: its points run one after another on one slice")
   try:
-    sweep = sweep_lib.load(args.sweep)
+    sweep = sweep_lib.load(args.sweep, backend=_platform(args.backend))
     print(f"sweep '{sweep.name}': {len(sweep.points)} points on {sweep.base}, all valid", flush=True)
     if args.backend == "local":
       failed = local.run(sweep, args.root, parallel=args.parallel or 1, dry_run=args.dry_run)
@@ -66,6 +66,15 @@ def main(argv: list[str] | None = None) -> int:
   except (sweep_lib.SweepError, ValueError) as e:
     return _error(str(e), status=1)
   return 1 if failed else 0
+
+
+def _platform(backend: str) -> str | None:
+  """The JAX backend the points of `backend` run on, which validation checks attention kernels against
+  (`jformer.config.validate`): this machine's for local points, a TPU's on a TPU VM, not known on a SLURM cluster
+  (its nodes may have GPUs or not)."""
+  from jformer import config as config_lib  # Imports jax: only when a sweep is loaded.
+
+  return {"local": config_lib.THIS_MACHINE, "slurm": None, "tpu_vm": "tpu"}[backend]
 
 
 def _error(message: str, status: int = 2) -> int:

@@ -128,8 +128,9 @@ def _args(overrides: Mapping[str, Any]) -> list[str]:
   return [f"--config.{key}={cli_value(value)}" for key, value in overrides.items()]
 
 
-def load(path: str | os.PathLike) -> Sweep:
-  """Reads a sweep file, expands and validates its points; raises SweepError before anything runs."""
+def load(path: str | os.PathLike, *, backend: str | None = None) -> Sweep:
+  """Reads a sweep file, expands and validates its points for JAX backend `backend` ('cpu', 'gpu', 'tpu', None:
+  not known, `jformer.config.validate`); raises SweepError before anything runs."""
   from jformer import config as config_lib  # Imports jax: only when a sweep is loaded.
 
   file = pathlib.Path(path)
@@ -141,15 +142,17 @@ def load(path: str | os.PathLike) -> Sweep:
     if not hasattr(module, required):
       raise SweepError(f"sweep file '{file}' defines no {required} (see launch/README.md)")
   expanded = expand(_path_safe(file.stem), module.BASE, module.get_sweep(), fixed=getattr(module, "FIXED", {}),
-                    slurm=getattr(module, "SLURM", {}), tpu=getattr(module, "TPU", {}))
+                    slurm=getattr(module, "SLURM", {}), tpu=getattr(module, "TPU", {}), backend=backend)
   return dataclasses.replace(expanded, figure=dict(getattr(module, "FIGURE", {})),
                              row_of=getattr(module, "row_of", None),
                              report_keys=tuple(getattr(module, "REPORT_KEYS", ())))
 
 
 def expand(name: str, base: str, points: list[Mapping[str, Any]], *, fixed: Mapping[str, Any] | None = None,
-           slurm: Mapping[str, Any] | None = None, tpu: Mapping[str, Any] | None = None) -> Sweep:
-  """Names and validates `points` (override dicts) on `base` with `fixed`; raises SweepError naming the point."""
+           slurm: Mapping[str, Any] | None = None, tpu: Mapping[str, Any] | None = None,
+           backend: str | None = None) -> Sweep:
+  """Names and validates `points` (override dicts) on `base` with `fixed`, for JAX backend `backend` (`load`);
+  raises SweepError naming the point."""
   if not isinstance(points, (list, tuple)) or not points or not all(isinstance(p, Mapping) for p in points):
     raise SweepError(f"sweep '{name}': get_sweep() must return a non-empty list of {{config key: value}} dicts")
   fixed = dict(fixed or {})
@@ -161,19 +164,19 @@ def expand(name: str, base: str, points: list[Mapping[str, Any]], *, fixed: Mapp
       raise SweepError(f"sweep '{name}': points {seen[point_name]} and {index} are both '{point_name}'; "
                        f"give every point distinct values")
     seen[point_name] = index
-    steps = _validate(name, base, fixed, index, point_name, dict(overrides))
+    steps = _validate(name, base, fixed, index, point_name, dict(overrides), backend)
     expanded.append(Point(point_name, dict(overrides), steps))
   return Sweep(name, base, fixed, tuple(expanded), dict(slurm or {}), dict(tpu or {}))
 
 
-def _validate(sweep_name, base, fixed, index, point_name, overrides) -> int:
-  """Loads the point's config exactly as the command line will pass it; returns its train.steps."""
+def _validate(sweep_name, base, fixed, index, point_name, overrides, backend) -> int:
+  """Loads the point's config exactly as the command line will pass it, for `backend`; returns its train.steps."""
   from jformer import config as config_lib  # Imports jax: only when a sweep is expanded.
   from jformer import data
 
   strings = {key: cli_value(value) for key, value in {**fixed, **overrides}.items()}
   try:
-    config = config_lib.load(base, strings)
+    config = config_lib.load(base, strings, backend=backend)
     data.get_dataset(config.data.dataset)
     return config.train.steps
   except FileNotFoundError as e:

@@ -94,6 +94,13 @@ def run_cli(argv, capsys):
   return status or 0, err
 
 
+def run_command(args, *, env=None, timeout=600, **popen) -> subprocess.CompletedProcess:
+  """`python -m jformer.main *args` run as a process from the project root (text output captured); `env`: variables
+  added to this process's environment."""
+  return subprocess.run([sys.executable, "-m", "jformer.main", *map(str, args)], cwd=popen.pop("cwd", REPO),
+                        env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout, **popen)
+
+
 def assert_one_line_error(status, err, *fragments, expected_status=1):
   """`err` is one line without a traceback holding every fragment, and `status` is `expected_status`."""
   assert status == expected_status, err

@@ -72,3 +72,43 @@ def test_train_errors_are_one_line_unless_verbose(repo_root, tmp_path):
                              "did you mean 'train.steps'?")
   with pytest.raises(KeyError, match="unknown config key 'train.stpes'"):
     main.main(args + ["--verbose"])
+
+
+@pytest.mark.integration
+def test_list_names_every_registered_plugin_of_every_kind_or_of_one(repo_root):
+  """`jformer list`: a heading per kind and a line per registered name, as the registries hold them; `jformer list
+  KIND` that kind alone (by its first word); an unknown kind is one line naming the kinds."""
+  from jformer import registry
+
+  kinds = main._kinds()
+  everything = run("list", cwd=repo_root)
+  assert everything.returncode == 0, everything.stderr
+  lines = everything.stdout.splitlines()
+  headings = [line for line in lines if line.endswith("s:") and not line.startswith(" ")]
+  assert headings == [f"{kind}s:" for kind in kinds]
+  for kind, plugins in kinds.items():
+    block = lines[lines.index(f"{kind}s:") + 1:]
+    block = block[:next((i for i, line in enumerate(block) if line in headings), len(block))]
+    assert [line.split()[0] for line in block if not line.startswith(" ")] == plugins.available(), kind
+  one = run("list", "task", cwd=repo_root)
+  assert one.returncode == 0 and one.stdout.splitlines()[0] == "tasks:"
+  assert [line.split()[0] for line in one.stdout.splitlines()[1:] if not line.startswith(" ")] == (
+      registry.kinds()["task"].available())
+  unknown = run("list", "kernels", cwd=repo_root)
+  assert unknown.returncode == 1 and unknown.stderr == (
+      f"jformer list: error: unknown plug-in kind 'kernels'; kinds: {sorted(kinds)}\n")
+
+
+@pytest.mark.integration
+def test_every_command_runs_with_the_compilation_cache_its_environment_names(repo_root, tmp_path):
+  """`jformer.main` turns JAX's persistent cache on before the command runs, in JFORMER_COMPILATION_CACHE's folder
+  with the size limit (jformer/runtime.py); '' turns it off (as the tests' own processes run)."""
+  import os
+
+  probe = ("import sys, jax; from jformer import main; main.main(sys.argv[1:]); "
+           "print(jax.config.jax_compilation_cache_dir, jax.config.jax_compilation_cache_max_size)")
+  for setting, want in ((str(tmp_path / "xla"), f"{tmp_path / 'xla'} {4 * 2**30}"), ("", "None -1")):
+    done = subprocess.run([sys.executable, "-c", probe, "list", "task"], cwd=repo_root, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "JFORMER_COMPILATION_CACHE": setting})
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.splitlines()[-1] == want

@@ -139,3 +139,22 @@ def test_jformer_train_with_subword_sampling_resumes_exactly(tiny_corpus, tmp_pa
   results = [json.loads((run / "results.json").read_text()) for run in (straight, resumed)]
   assert results[0]["step"] == results[1]["step"] == 6
   assert results[0]["train_loss"] == pytest.approx(results[1]["train_loss"], abs=1e-6)
+
+
+@pytest.mark.integration  # two tfds builds of the tiny corpus.
+def test_evaluation_never_samples(tiny_corpus, tokenizer, tmp_path):
+  """With subword sampling on, the training rows are drawn anew, but the valid split's batches are those of a run
+  without it, each pair in its best segmentation."""
+  from jformer import data
+
+  make = lambda alpha: data.make_datasets(dataset="parallel_text", tokenizer=tokenizer, batch_size=8, max_length=32,
+                                          path=str(tiny_corpus), data_dir=str(tmp_path / "tfds"), packing=False,
+                                          subword_sampling=alpha, prefetch=0)
+  plain, sampled = make(0.0), make(0.1)
+  assert not all(np.array_equal(a, b) for a, b in zip(next(plain.train)["inputs"], next(sampled.train)["inputs"]))
+  eval_rows = lambda datasets: [batch["inputs"] for batch in datasets.eval_batches("valid")]
+  for want, got in zip(eval_rows(plain), eval_rows(sampled), strict=True):
+    np.testing.assert_array_equal(got, want)
+  sources, _ = sampled.raw_split("valid")
+  first = eval_rows(sampled)[0][0]
+  assert list(first[first > 0]) == tokenizer.encode(sources[0])  # the best segmentation (sources carry no EOS).

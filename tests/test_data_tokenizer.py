@@ -113,8 +113,19 @@ def test_sample_sentences_is_seeded_and_capped():
 
 
 def test_too_large_vocab_names_the_fix():
-  with pytest.raises(ValueError, match="smaller vocab_size"):
+  with pytest.raises(ValueError, match="too few distinct pieces for it: lower model.vocab_size"):
     train_tokenizer(["a tiny corpus", "with few pieces"], vocab_size=500)
+
+
+@pytest.mark.parametrize("vocab_size", [100, 500])
+def test_lines_too_long_for_sentencepiece_are_named_whatever_the_vocab_size(vocab_size):
+  """A text of lines longer than SentencePiece trains on (it skips them) leaves nothing to train on: the advice
+  names the line length, not the vocabulary size."""
+  line = " ".join(f"word{i % 997}" for i in range(1000))  # 7,883 bytes.
+  with pytest.raises(ValueError, match=r"SentencePiece skips lines longer than 4,192 bytes, and 2 of the 2 training "
+                                       r"lines are \(the longest has 7,883\).*whatever model.vocab_size: break the "
+                                       "text into lines"):
+    train_tokenizer([line, line], vocab_size=vocab_size)
 
 
 def test_a_lossless_vocabulary_gives_back_every_byte(texts):
@@ -136,3 +147,30 @@ def test_a_lossless_vocabulary_too_small_for_its_bytes_names_the_fix(texts):
   with pytest.raises(ValueError, match=r"raise model.vocab_size: it must hold every character of the corpus and 256 "
                                        r"byte pieces \(a lossless vocabulary\)"):
     train_tokenizer(texts, vocab_size=200, max_sentences=3000, lossless=True)
+
+
+@pytest.mark.integration  # two tfds builds of the tiny corpus and two vocabularies.
+def test_a_vocabulary_a_start_without_a_step_trained_on_other_data_is_trained_again(tiny_corpus, tmp_path):
+  """A start that failed before its first step recorded no config.json but may have trained the vocabulary: the
+  corrected command, on other data, trains it again for that data (what it was trained on is recorded); once a run
+  has a step (config.json), its vocabulary is never replaced."""
+  import json
+  import shutil
+
+  from helpers import load_tiny
+
+  from jformer import data
+
+  other = shutil.copytree(tiny_corpus, tmp_path / "other")
+  for side in ("src", "tgt"):  # other text: the first 100 pairs only.
+    lines = (other / f"train.{side}").read_text().splitlines(keepends=True)
+    (other / f"train.{side}").write_text("".join(lines[:100]))
+  workdir = tmp_path / "run"
+  record = workdir / "vocab" / "vocab_checksum.json"
+  first = data.load_tokenizer(load_tiny(tiny_corpus), workdir)
+  assert json.loads(record.read_text())["source"]["path"] == str(tiny_corpus)
+  second = data.load_tokenizer(load_tiny(other), workdir)
+  assert second.model_proto != first.model_proto
+  assert json.loads(record.read_text())["source"]["path"] == str(other)
+  (workdir / "config.json").write_text("{}")  # a run that trained a step.
+  assert data.load_tokenizer(load_tiny(tiny_corpus), workdir).model_proto == second.model_proto

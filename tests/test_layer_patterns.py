@@ -162,17 +162,18 @@ def test_bad_patterns_are_refused_in_one_line(overrides, message):
   assert "\n" not in str(error.value)
 
 
-def test_a_kind_whose_variant_cannot_decode_is_named_when_decoding():
+def test_a_kind_whose_variant_cannot_decode_is_named_when_decoding(scratch_registries):
   model, _ = lm_and_params(**patterned({"a": {"attention": "dot_product"}, "b": {"attention": "dot_product"}},
                                        ["a", "b"]))
   assert model.config.attention_refusal(decoding=True) is None
-  no_decode = [n for n in attention.available() if "causal" in attention.get(n).supports
-               and "decode" not in attention.get(n).supports]
-  if not no_decode:
-    pytest.skip("every causal variant decodes")
-  config = lm_config(**patterned({"a": {"attention": "dot_product"}, "b": {"attention": no_decode[0]}}, ["a", "b"]))
+
+  @attention.register("train_only", supports={"causal", "segment_ids"}, weights=attention.softmax_weights)
+  def train_only(query, key, value, **masking):  # a variant that trains (on any backend) but cannot decode.
+    return attention.get("dot_product").fn(query, key, value, **masking)
+
+  config = lm_config(**patterned({"a": {"attention": "dot_product"}, "b": {"attention": "train_only"}}, ["a", "b"]))
   refusal = tasks.build_model(config).config.attention_refusal(decoding=True)
-  assert refusal.startswith(f"layer kind 'b' (model.layer_kinds.b): attention variant '{no_decode[0]}' does not "
+  assert refusal.startswith("layer kind 'b' (model.layer_kinds.b): attention variant 'train_only' does not "
                             "support 'decode'")
 
 

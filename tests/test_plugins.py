@@ -73,12 +73,14 @@ def test_plugin_variant_trains_from_the_command_line(tiny_corpus, tmp_path):
 
 
 PLUGIN_OF_EACH_KIND = '''
-"""A researcher's positional encoding and dataset, registered from a file outside the package."""
+"""A researcher's positional encoding, dataset and task, registered from a file outside the package."""
 import jax.numpy as jnp
 
-from jformer import data
+from jformer import data, tasks
+from jformer.models import LanguageModel
 from jformer.positional import register
 from jformer.registry import Param, constant
+from jformer.tasks.language_model import LanguageModelTask
 
 
 @register("learned_offset", acts="embedding", params={"offset": Param(("d_model",), constant(0.5))})
@@ -90,19 +92,38 @@ def learned_offset(positions, *, dims, params):
 @data.register_dataset("my_corpus")
 def my_corpus(name, split, **kwargs):
   return data.load_split("parallel_text", split, **kwargs)
+
+
+@tasks.register("lm_without_baseline", model=LanguageModel, pairs=False)
+class LanguageModelWithoutBaseline(LanguageModelTask):
+  """A language model whose final results leave out the xz baseline (a toy: what a run reports is the task's)."""
+
+  def xz_baseline(self):
+    return float("nan")
 '''
 
 
-def test_positional_encodings_and_datasets_load_from_the_same_imports(tmp_path, scratch_registries):
-  from jformer import data, tasks
+def test_positional_encodings_datasets_and_tasks_load_from_the_same_imports(tmp_path, scratch_registries):
+  from jformer import data, models, tasks
 
   plugin = tmp_path / "my_plugins.py"
   plugin.write_text(PLUGIN_OF_EACH_KIND)
   with pytest.raises(ValueError, match="unknown positional encoding 'learned_offset'"):
     config_lib.load(REPO / "configs" / "small.py", {"model.positional": "learned_offset"})
+  with pytest.raises(ValueError, match="unknown task 'lm_without_baseline'"):
+    config_lib.load(REPO / "configs" / "small.py", {"model.architecture": "lm_without_baseline"})
   config = config_lib.load(REPO / "configs" / "small.py", {"imports": str(plugin), "model.positional": "learned_offset",
                                                            "data.dataset": "my_corpus", "model.vocab_size": 50,
                                                            "model.d_model": 32, "model.d_ff": 64})
   params = tasks.build_model(config).init(jax.random.PRNGKey(0), jax.numpy.ones((1, 4), int), jax.numpy.ones((1, 3), int))
   assert params["params"]["encoder"]["positions"]["offset"].value.shape == (32,)
   assert data.get_dataset("my_corpus") is not None
+  # The task: its model is built for its name, and its declaration is read by validation (rows of single sequences
+  # take no token budget).
+  task_config = {"imports": str(plugin), "model.architecture": "lm_without_baseline"}
+  assert isinstance(tasks.build_model(config_lib.load(REPO / "configs" / "small.py", task_config)),
+                    models.LanguageModel)
+  with pytest.raises(ValueError, match="data.batch_tokens=512 is for translation pairs; "
+                                       "model.architecture='lm_without_baseline' rows are always full"):
+    config_lib.load(REPO / "configs" / "small.py", {**task_config, "data.batch_tokens": 512, "data.packing": False})
+  assert tasks.get("lm_without_baseline").task.__name__ == "LanguageModelWithoutBaseline"

@@ -69,6 +69,7 @@ def test_comparison_with_the_baseline():
   expected = {"a": 10.0, "b": 30.0, "c": 60.0}
   assert card_lib.remaining_seconds(["a", "b"], ["c"], 80.0, expected) == pytest.approx(120.0)
   assert card_lib.remaining_seconds(["a"], ["x"], 10.0, expected) is None
+  assert card_lib.remaining_seconds([], ["b", "c"], 0.0, expected) == 90.0  # none ran here (reused): as expected.
 
 
 def test_the_cached_dot_product_card_is_complete():

@@ -126,10 +126,11 @@ class AttentionVariant:
     return options
 
   def check(self, *, needs: set[str] = frozenset(), options: Mapping[str, Any] | None = None,
-            dims: Mapping[str, int] | None = None) -> None:
+            dims: Mapping[str, int] | None = None, group: str = "model.attention_options") -> None:
     """Raises ValueError if this variant lacks a needed feature; when `options` is given, if it does not know an
-    option, misses a required one or gets a value of the wrong type; when `dims` (model dimensions) is given too,
-    if a parameter shape cannot be built from them."""
+    option, misses a required one or gets a value of the wrong type (named as keys of `group`, the config key that
+    sets them: a layer kind's own is `model.layer_kinds.<kind>.attention_options`); when `dims` (model
+    dimensions) is given too, if a parameter shape cannot be built from them."""
     missing = sorted(set(needs) - self.supports)
     if missing:
       raise ValueError(f"attention variant '{self.name}' does not support {missing}; it supports "
@@ -137,7 +138,7 @@ class AttentionVariant:
                        "feature off (e.g. model.attention_dropout_rate=0).")
     if options is None:
       return
-    _check_options(self.name, self.options, self.option_types, options)
+    _check_options(self.name, self.options, self.option_types, options, group)
     if dims is not None:
       self.param_shapes(dims, options)
 
@@ -382,5 +383,5 @@ def _weighted_values(weights: Callable) -> Callable:
 
 
 def _check_options(name: str, options: Mapping[str, Any], option_types: Mapping[str, type | None],
-                   given: Mapping[str, Any]) -> None:
-  check_options(f"attention variant '{name}'", "model.attention_options", options, option_types, given)
+                   given: Mapping[str, Any], group: str = "model.attention_options") -> None:
+  check_options(f"attention variant '{name}'", group, options, option_types, given)

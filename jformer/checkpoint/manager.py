@@ -231,13 +231,18 @@ class Checkpointer:
     verified like `restore`'s (and, given the model's parameter shapes `params`, checked to fit it), and params
     holding NaN or inf raise `CorruptCheckpointError`.
     """
+    return self.restore_params_and_step(step, params=params)[0]
+
+  def restore_params_and_step(self, step: int | None = None, *, params: Mapping[str, tuple] | None = None
+                              ) -> tuple[Any, int]:
+    """(`restore_params`'s parameters, the step they are from: `step`, or the latest valid one that fits)."""
     step = self._valid_step(step, params)
     params = self._params_metadata(step)
     restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), params)
     args = ocp.args.PyTreeRestore(item={"params": params}, restore_args={"params": restore_args}, partial_restore=True)
     params = self._manager.restore(step, args=ocp.args.Composite(**{STATE_ITEM: args}))[STATE_ITEM]["params"]
     integrity.check_finite(params, f"checkpoint {step} in {self._directory}")
-    return params
+    return params, step
 
   def wait(self) -> None:
     """Blocks until the running asynchronous save (if any) is on disk and writes its manifest; a failed save

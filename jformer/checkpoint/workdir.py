@@ -35,6 +35,12 @@ def load_run_params(workdir: epath.PathLike, which: str = "auto", *, model=None)
   With `model`, the parameters must fit it (`shapes.difference`): 'auto'/'latest' skip newer steps that do not (one
   warning), averaged parameters or a named step that do not are refused in one line naming what differs.
   """
+  return run_params(workdir, which, model=model)[0]
+
+
+def run_params(workdir: epath.PathLike, which: str = "auto", *, model=None) -> tuple[Any, str]:
+  """(`load_run_params`'s parameters, which they are: 'step N of <workdir>/checkpoints' or 'the averaged parameters
+  in <workdir>/averaged'), so that a command can say what it decodes with."""
   wanted = None if model is None else shapes.expected(param_shapes(model))
   averaged = averaged_dir(workdir)
   if which == "averaged" or (which == "auto" and averaged.is_dir()):
@@ -42,7 +48,7 @@ def load_run_params(workdir: epath.PathLike, which: str = "auto", *, model=None)
     if wanted is not None and (problem := shapes.difference(wanted, params)):
       raise ValueError(f"the averaged parameters in {averaged} do not fit this model: {problem}; average again "
                        "(jformer average-checkpoints) or use --checkpoint=latest")
-    return params
+    return params, f"the averaged parameters in {averaged}"
   directory = checkpoints_dir(workdir)
   if not directory.is_dir():
     raise FileNotFoundError(f"no checkpoints in {directory}; train first (jformer train --workdir={workdir}), or let "
@@ -51,4 +57,6 @@ def load_run_params(workdir: epath.PathLike, which: str = "auto", *, model=None)
     if checkpointer.latest_step() is None:
       raise FileNotFoundError(f"no checkpoints in {checkpointer.directory}; train first (jformer train "
                               f"--workdir={workdir}), or let the run reach its first train.checkpoint_every step.")
-    return checkpointer.restore_params(None if which in ("auto", "latest") else int(which), params=wanted)
+    params, step = checkpointer.restore_params_and_step(None if which in ("auto", "latest") else int(which),
+                                                        params=wanted)
+    return params, f"step {step} of {checkpointer.directory}"

@@ -27,13 +27,14 @@ from jformer.config.identity import (EVAL_KEYS, changed_keys, check_same_run, fr
                                      read_run, record_config)
 from jformer.config.overrides import flatten, set_value
 from jformer.config.schema import SECTIONS, base_config, declared
-from jformer.config.validation import validate
+from jformer.config.validation import THIS_MACHINE, validate
 from jformer.decode.search import check_options
 
 
-def load(path: str | pathlib.Path, overrides: Mapping[str, Any] | None = None) -> ml_collections.ConfigDict:
+def load(path: str | pathlib.Path, overrides: Mapping[str, Any] | None = None, *,
+         backend: str | None = THIS_MACHINE) -> ml_collections.ConfigDict:
   """Reads `path` (a file with `get_config()`, may end in `:ARG`), applies dotted `overrides`, imports the plug-ins
-  it names, validates, returns it locked.
+  it names, validates (for `backend`, default this machine's: `validate`), returns it locked.
 
   Override values may be Python values or strings as typed on a command line (`"16"`, `"true"`, `"(1, 2)"`);
   strings are converted to the field's type.
@@ -41,12 +42,13 @@ def load(path: str | pathlib.Path, overrides: Mapping[str, Any] | None = None) -
   config = read(path)
   for dotted_key, value in (overrides or {}).items():
     set_value(config, dotted_key, value)
-  return checked(config)
+  return checked(config, backend=backend)
 
 
 def load_run(workdir: epath.PathLike, overrides: Mapping[str, Any] | None = None, *,
-             may_change: tuple[str, ...] = ()) -> ml_collections.ConfigDict:
-  """The config a training run wrote to `<workdir>/config.json` (`read_run`), with `overrides` applied, validated.
+             may_change: tuple[str, ...] = (), backend: str | None = THIS_MACHINE) -> ml_collections.ConfigDict:
+  """The config a training run wrote to `<workdir>/config.json` (`read_run`), with `overrides` applied, validated
+  (for `backend`: `validate`; None for a command that runs no model).
 
   Overrides of the keys that define the run are refused, naming them (`check_same_run`), except those in
   `may_change` (e.g. `EVAL_KEYS`); so is a decoding option given that the decoding method does not read (e.g.
@@ -57,20 +59,21 @@ def load_run(workdir: epath.PathLike, overrides: Mapping[str, Any] | None = None
   config = from_values({**flatten(run), **overrides})
   check_same_run(from_values({**flatten(run), **{k: v for k, v in overrides.items() if k in may_change}}), config,
                  f"the run in {workdir}", "drop those --config overrides")
-  config = checked(config)
+  config = checked(config, backend=backend)
   check_options(config.decode.method, config.decode, prefix="--config.decode.",
                 given=[key.removeprefix("decode.") for key in overrides if key.startswith("decode.")])
   return config
 
 
-def checked(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """`config` with the plug-ins it names imported, validated and locked (what `load` returns)."""
+def checked(config: ml_collections.ConfigDict, *, backend: str | None = THIS_MACHINE) -> ml_collections.ConfigDict:
+  """`config` with the plug-ins it names imported, validated (for `backend`: `validate`) and locked (what `load`
+  returns)."""
   import_plugins(config.imports)
-  validate(config)
+  validate(config, backend)
   config.lock()
   return config
 
 
-__all__ = ["EVAL_KEYS", "SECTIONS", "base_config", "changed_keys", "check_same_run", "checked", "declared", "flatten",
-           "from_values", "import_file", "import_plugins", "is_identity", "load", "load_run", "read", "read_run",
-           "record_config", "set_value", "validate"]
+__all__ = ["EVAL_KEYS", "SECTIONS", "THIS_MACHINE", "base_config", "changed_keys", "check_same_run", "checked",
+           "declared", "flatten", "from_values", "import_file", "import_plugins", "is_identity", "load", "load_run",
+           "read", "read_run", "record_config", "set_value", "validate"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from jformer import data, tasks
+from jformer import data, runtime, tasks
 from jformer.config.recipe import parse_rules
 from jformer.config.schema import declared
 from jformer.data import mixture_problems
@@ -15,9 +15,19 @@ from jformer.models.config import TransformerConfig
 from jformer.schema import check_value
 
 
-def validate(config: ml_collections.ConfigDict) -> TransformerConfig:
-  """Fails with one ValueError naming every problem (values, combinations that cannot run); returns the model's
-  frozen config, its registry names resolved."""
+# `validate(config, backend=THIS_MACHINE)`: the backend JAX will start on this machine (`runtime.expected_backend`,
+# decided without starting it).
+THIS_MACHINE = "this machine"
+
+
+def validate(config: ml_collections.ConfigDict, backend: str | None = THIS_MACHINE) -> TransformerConfig:
+  """Fails with one ValueError naming every problem (values, combinations that cannot run, attention kernels that
+  cannot run the model's calls on `backend`: `TransformerConfig.kernel_refusal`); returns the model's frozen
+  config, its registry names resolved.
+
+  `backend`: the JAX backend the config will run on ('cpu', 'gpu', 'tpu'), THIS_MACHINE (the default), or None
+  when it is not known (a sweep submitted to a cluster, a command that runs no model).
+  """
   problems = []
   for key, field in declared():
     if not field.spec.group:
@@ -30,6 +40,10 @@ def validate(config: ml_collections.ConfigDict) -> TransformerConfig:
     raise ValueError("invalid config: " + "; ".join(problems))
   model = TransformerConfig.from_config(config.model)
   problems = _combinations(config)
+  refusal = model.kernel_refusal(encoder_decoder=tasks.get(config.model.architecture).pairs,
+                                 backend=runtime.expected_backend() if backend == THIS_MACHINE else backend)
+  if refusal:
+    problems.append(refusal)
   if problems:
     raise ValueError("invalid config: " + "; ".join(problems))
   return model

@@ -49,8 +49,33 @@ def check_workdir(workdir: epath.PathLike) -> None:
     with tempfile.TemporaryFile(dir=existing):  # what really can be written (a read-only mount, root's rights).
       pass
   except OSError as e:
+    mount, kind = file_system(os.fspath(existing))
+    if kind in KERNEL_FILE_SYSTEMS:
+      raise ValueError(f"--workdir {path} is under {mount}, the kernel's {kind} file system, where no folder can "
+                       "be made; give a folder on a disk, e.g. --workdir=runs/demo.") from e
     raise ValueError(f"--workdir {path} cannot be written ({existing}: {e.strerror}); give a writable folder or fix "
                      "its permissions.") from e
+
+
+# File systems the kernel shows its own state in (/proc, /sys, ...): nothing can be created there.
+KERNEL_FILE_SYSTEMS = ("proc", "sysfs", "cgroup", "cgroup2", "debugfs", "tracefs", "securityfs", "configfs", "bpf",
+                       "pstore", "devpts", "mqueue", "fusectl")
+
+
+def file_system(path: str) -> tuple[str, str]:
+  """(mount point, type) of the file system that holds the existing local `path`, from /proc/mounts (the longest
+  mount point above it); ('', '') where unknown."""
+  found = ("", "")
+  try:
+    with open("/proc/mounts", encoding="utf-8") as mounts:
+      for line in mounts:
+        point, kind = line.split()[1:3]
+        point = point.replace("\\040", " ")
+        if os.path.commonpath([path, point]) == point and len(point) > len(found[0]):
+          found = (point, kind)
+  except (OSError, ValueError, IndexError):
+    return ("", "")
+  return found
 
 
 def check_vocab(vocab_path: epath.PathLike, vocab_size: int) -> None:

@@ -144,12 +144,34 @@ def train_tokenizer(texts: Iterable[str], *, vocab_size: int, model_type: str = 
         character_coverage=character_coverage, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
         input_sentence_size=0, num_threads=os.cpu_count() or 1, minloglevel=2, **(exact if lossless else {}))
   except RuntimeError as e:
-    fix = ("raise model.vocab_size: it must hold every character of the corpus" + (" and 256 byte pieces (a lossless "
-           "vocabulary)" if lossless else "") if "smaller than required_chars" in str(e) else
-           "a vocabulary too large for the corpus needs a smaller vocab_size (or more data)")
     raise ValueError(f"SentencePiece training failed ({len(sentences)} sentences, vocab_size={vocab_size}, "
-                     f"model_type={model_type!r}): {str(e).rstrip('.')}; {fix}.") from e
+                     f"model_type={model_type!r}): {str(e).strip().rstrip('.;')}; "
+                     f"{_training_advice(str(e), sentences, lossless)}.") from e
   return Tokenizer(model.getvalue())
+
+
+# SentencePiece's trainer skips sentences longer than this many bytes (its `max_sentence_length` default).
+MAX_SENTENCE_BYTES = 4192
+
+
+def _training_advice(error: str, sentences: list[str], lossless: bool) -> str:
+  """The fix for a failed SentencePiece training, from its cause: lines it skipped for their length (all of them:
+  nothing left to train on), characters that do not fit the vocabulary, a vocabulary larger than the text has
+  pieces for, or a text without characters."""
+  lengths = [len(sentence.encode("utf-8")) for sentence in sentences]
+  too_long = sum(length > MAX_SENTENCE_BYTES for length in lengths)
+  if too_long and ("sentences_.empty()" in error or too_long == len(sentences)):
+    return (f"SentencePiece skips lines longer than {MAX_SENTENCE_BYTES:,} bytes, and {too_long} of the "
+            f"{len(sentences)} training lines are (the longest has {max(lengths):,}), which left nothing to train "
+            "on, whatever model.vocab_size: break the text into lines of a sentence or a paragraph each")
+  if "smaller than required_chars" in error:
+    return ("raise model.vocab_size: it must hold every character of the corpus"
+            + (" and 256 byte pieces (a lossless vocabulary)" if lossless else ""))
+  if "Vocabulary size too high" in error:
+    return "the training text has too few distinct pieces for it: lower model.vocab_size to the value named, or add text"
+  if "all_chars_count" in error:
+    return "the training text has no characters to learn pieces from: check the training split's files"
+  return "check the training split's text and model.vocab_size"
 
 
 def get_tokenizer(path: epath.PathLike, texts_fn: Callable[[], Iterable[str]], *, vocab_size: int,

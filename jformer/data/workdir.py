@@ -8,9 +8,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import jax
+from absl import logging
 from etils import epath
 
 from jformer import paths
@@ -67,7 +69,9 @@ def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer | PretrainedTok
   A synthetic task's vocabulary is its own token ids (`TaskVocabulary`): nothing is trained, read or written.
 
   The vocabulary's size and sha256 are recorded in `<workdir>/vocab/vocab_checksum.json` when the run first uses it
-  (process 0) and checked before every later load.
+  (process 0) and checked before every later load; with them what a trained one was trained on (`vocab_source`):
+  one trained by a start that trained no step, on other data, is trained again (the run's identity is recorded
+  only at its first step, `jformer.train.loop.write_config`).
 
   Raises:
     ValueError: the vocabulary differs from the one the run recorded (one line naming the file and the fix).
@@ -77,6 +81,14 @@ def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer | PretrainedTok
     return synthetic.vocabulary(config.data.dataset_options)
   path = vocab_path(config, workdir)
   record = epath.Path(workdir) / "vocab" / VOCAB_CHECKSUM
+  source = vocab_source(config)
+  started = (epath.Path(workdir) / "config.json").exists()  # a run that trained a step (its identity recorded).
+  if not config.data.vocab_path and not started and _recorded(record).get("source", source) != source:
+    # Trained by an earlier start of this workdir that failed before its first step, on other data: trained again.
+    logging.warning("%s was trained on other data (%s) by a start that trained no step; training it again for %s.",
+                    os.fspath(path), _recorded(record)["source"], source)
+    path.unlink(missing_ok=True)
+    record.unlink(missing_ok=True)
   problem = paths.checksum_problem(path, record)
   if problem:
     raise ValueError(f"the run's vocabulary {problem}: the parameters were trained on the recorded one, so restore "
@@ -90,7 +102,22 @@ def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer | PretrainedTok
     tokenizer = get_tokenizer(
         path, lambda: (text for split in train_splits(config, workdir) for text in training_texts(split)),
         vocab_size=config.model.vocab_size, max_sentences=config.data.spm_max_sentences,
-        lossless=config.model.architecture == "lm")
+        lossless=source["lossless"])
   if not record.exists() and jax.process_index() == 0:
-    paths.record_checksum(path, record)
+    paths.record_checksum(path, record, source=source)
   return tokenizer
+
+
+def vocab_source(config) -> dict:
+  """What a vocabulary trained for the run depends on (recorded beside its checksum): the dataset, where it is
+  read, the languages, the sample size, whether it is lossless (a language model's) and a `data.mixture`'s sources."""
+  data = config.data
+  return dict(dataset=data.dataset, path=data.path,
+              source_lang=data.source_lang, target_lang=data.target_lang, spm_max_sentences=data.spm_max_sentences,
+              lossless=config.model.architecture == "lm",
+              mixture=[[source.dataset, source.path] for source in mixture_lib.sources_of(config)])
+
+
+def _recorded(record: epath.Path) -> dict:
+  """The vocabulary's checksum record, {} when there is none."""
+  return json.loads(record.read_text()) if record.exists() else {}

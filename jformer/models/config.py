@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -71,6 +71,15 @@ def resolve_dtype(dtype) -> Any:
   if dtype not in DTYPES:
     raise ValueError(f"model.dtype='{dtype}' is not one of {sorted(DTYPES) + ['auto']}")
   return DTYPES[dtype]
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionCall:
+  """One attention call of a model: the variant that runs it, (query, key, value) and the masking arguments of
+  the variant signature (`AttentionVariant.refusal`'s arguments)."""
+  variant: attention.AttentionVariant
+  arrays: tuple
+  masking: dict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,6 +290,61 @@ class TransformerConfig:
     return (f"attention variant '{self.attention}' does not support {reasons} (it supports "
             f"{sorted(variant.supports)}); pick another variant (`jformer attention list`)")
 
+  def attention_calls(self, dtype, *, encoder_decoder: bool) -> list[tuple[str, str, AttentionCall]]:
+    """The attention calls of a train step: `(where, the key naming the variant that serves it, the call)`, with
+    abstract arrays (`jax.ShapeDtypeStruct`) in `dtype` of one row of `max_length` tokens. Each self-attention
+    (the encoder's of an `encoder_decoder` model; the decoder's, causal; of each layer kind) takes one segment-id
+    array for queries and keys (padding and packed rows) and a bias where its encoding acts so; the
+    cross-attention of an `encoder_decoder` model takes two (the decoder's and the encoder's) and the model's
+    variant. What `kernel_refusal` puts to the variants' `limits`."""
+    length = self.max_length
+    shape = lambda heads: jax.ShapeDtypeStruct((1, length, heads, self.head_dim), dtype)
+    arrays = (shape(self.num_heads), shape(self.kv_heads), shape(self.kv_heads))
+    segments = lambda: jax.ShapeDtypeStruct((1, length), jnp.int32)  # a new array per call.
+    common = dict(logits_softcap=self.attention_logit_softcap, dropout_rate=self.attention_dropout_rate)
+    stacks = [("encoder", False)] * bool(encoder_decoder and self.num_encoder_layers)
+    stacks += [("decoder", True)] * bool(self.num_decoder_layers)
+    kinds = [(f" of layer kind '{kind}'", f"model.layer_kinds.{kind}.attention", self.kind_configs[kind])
+             for kind in dict.fromkeys(self.layer_pattern)] or [("", "model.attention", self)]
+    calls = []
+    for stack, causal in stacks:
+      for of_kind, key, layer in kinds:
+        ids = segments()
+        bias = (jax.ShapeDtypeStruct((1, self.num_heads, length, length), jnp.float32)
+                if layer.positional_encoding.acts == "bias" else None)
+        calls.append((f"{stack} self-attention{of_kind}", key, AttentionCall(
+            layer.attention_variant, arrays, dict(common, causal=causal, q_segment_ids=ids, kv_segment_ids=ids,
+                                                  bias=bias))))
+    if len(stacks) == 2:
+      calls.append(("cross-attention (decoder to encoder)", "model.attention", AttentionCall(
+          self.attention_variant, arrays, dict(common, q_segment_ids=segments(), kv_segment_ids=segments()))))
+    return calls
+
+  def kernel_refusal(self, *, encoder_decoder: bool, backend: str | None) -> str | None:
+    """Why a variant of the model cannot serve its train step on JAX backend `backend` ('cpu', 'gpu', 'tpu'; None:
+    not known), found before anything runs: it is built for other backends (its declared `platforms`), or its
+    `limits` refuse an attention call of the step (`attention_calls`) in the compute dtype (`model.dtype='auto'`:
+    the one `backend` resolves it to; with no backend, a call is refused only in both dtypes 'auto' may pick).
+    None if they can serve it; `auto` always can (it picks what runs each call)."""
+    if self.dtype != "auto":
+      dtypes = [self.compute_dtype]
+    else:
+      dtypes = [resolve_dtype(runtime.auto_dtype(backend))] if backend else [jnp.float32, jnp.bfloat16]
+    per_dtype = [self.attention_calls(dtype, encoder_decoder=encoder_decoder) for dtype in dtypes]
+    for _, key, call in per_dtype[0]:
+      platforms = call.variant.platforms
+      if backend and platforms is not None and backend not in platforms:
+        return (f"attention variant '{call.variant.name}' ({key}) runs only on {' and '.join(sorted(platforms))} "
+                f"(the platforms it declares), and this run's JAX backend is {backend}; set {key}='auto', which "
+                "picks the kernel for each backend")
+    for calls in zip(*per_dtype):
+      where, key, call = calls[0]
+      reasons = [call.variant.refusal(*call.arrays, **call.masking) for _, _, call in calls]
+      if all(reasons):
+        return (f"attention variant '{call.variant.name}' ({key}) cannot run the model's {where}: {reasons[0]}; set "
+                f"{key}='auto', which falls back where a kernel cannot run a call, or another variant")
+    return None
+
   def _pattern_problems(self) -> list[str]:
     """What is wrong with `layer_kinds` and `layer_pattern` together, each a sentence naming the fix."""
     kinds, pattern = dict(self.layer_kinds), self.layer_pattern
@@ -319,9 +383,13 @@ class TransformerConfig:
     if reason:
       raise ValueError(reason)
 
-  def validate(self) -> None:
+  def validate(self, option_groups: Mapping[str, str] | None = None) -> None:
     """Checks combinations that would fail later or silently compute the wrong thing (a config's field values
-    have been checked against their declarations before, `jformer.config.validate`)."""
+    have been checked against their declarations before, `jformer.config.validate`). `option_groups`: the config
+    key of each option group a layer kind sets itself ({'attention_options':
+    'model.layer_kinds.<kind>.attention_options'}), named in its errors (default: the model's)."""
+    groups = {name: f"model.{name}" for name in ("attention_options", "positional_options")}
+    groups.update(option_groups or {})
     problems = []
     if self.d_model % self.num_heads:
       problems.append(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
@@ -363,15 +431,17 @@ class TransformerConfig:
                         "shared across layers); set model.scan_layers=False or another positional")
     if problems:
       raise ValueError("invalid model config: " + "; ".join(problems))
-    for kind, layer in self.kind_configs.items():
+    for kind, values in self.layer_kinds:
       try:
-        layer.validate()
+        self.kind_configs[kind].validate({key: f"model.layer_kinds.{kind}.{key}" for key, _ in values
+                                          if key.endswith("_options")})
       except ValueError as e:
         raise ValueError(f"invalid model config: layer kind '{kind}' (model.layer_kinds.{kind}): "
                          f"{str(e).removeprefix('invalid model config: ')}") from None
     try:
-      self.positional_encoding.check(self.dims, dict(self.positional_options))
-      self.attention_variant.check(options=dict(self.attention_options), dims=self.dims)
+      self.positional_encoding.check(self.dims, dict(self.positional_options), group=groups["positional_options"])
+      self.attention_variant.check(options=dict(self.attention_options), dims=self.dims,
+                                   group=groups["attention_options"])
       self.check_attention()
     except ValueError as e:
       raise ValueError(f"invalid model config: {e}") from None

@@ -51,11 +51,12 @@ class PositionalEncoding:
     """`options` with the defaults of the ones not given."""
     return {**self.options, **options}
 
-  def check(self, dims: Mapping[str, int], options: Mapping[str, Any]) -> None:
+  def check(self, dims: Mapping[str, int], options: Mapping[str, Any], *,
+            group: str = "model.positional_options") -> None:
     """Raises ValueError on an unknown option, a combination of model dimensions (`dims`: d_model, heads, ...) and
-    options the encoding cannot run, or a parameter whose shape they do not give."""
-    check_options(f"positional encoding '{self.name}'", "model.positional_options", self.options, self.option_types,
-                  options)
+    options the encoding cannot run, or a parameter whose shape they do not give; `group`: the config key that
+    sets the options (a layer kind's own, `model.layer_kinds.<kind>.positional_options`)."""
+    check_options(f"positional encoding '{self.name}'", group, self.options, self.option_types, options)
     resolved = self.with_defaults(options)
     if self.check_fn is not None:
       self.check_fn(dims, resolved)

@@ -24,6 +24,7 @@ from jformer.report_card import measure
 from jformer.report_card.suite import (BASELINE, DECODE_BATCH, DECODE_LENGTH, REPO, TIMED_STEPS, Metric, Part,
                                        Suite, default_suite, variant_name)
 from jformer.train.loop import train_and_evaluate
+from jformer.train.preemption import Preempted
 from jformer.train.progress import format_duration
 
 ROWS = pathlib.Path(__file__).resolve().parent / "rows"  # cached cards of built-in variants: rows/<name>.json
@@ -50,25 +51,25 @@ def run_part(part: Part, overrides: dict[str, Any], workdir: epath.Path) -> dict
   if part.kind == "train":
     results = train_and_evaluate(config, workdir)
     if results.get("preempted"):
-      raise KeyboardInterrupt(f"the report card's run {workdir} was preempted; run the same command to resume")
+      raise Preempted(f"in the report card's run {workdir}")
     return results
   if part.kind == "train_step":
     return measure.train_step(config, TIMED_STEPS)
   return measure.decode_step(config, DECODE_BATCH, DECODE_LENGTH, TIMED_STEPS)
 
 
-def timed_part(part: Part, overrides: dict[str, Any], workdir: epath.Path) -> tuple[dict, float]:
-  """(`run_part`'s result, its wall seconds). A training run found finished in `workdir` is reused: its seconds
-  are those written beside it (SECONDS_FILE) when it ran."""
+def timed_part(part: Part, overrides: dict[str, Any], workdir: epath.Path) -> tuple[dict, float, bool]:
+  """(`run_part`'s result, its wall seconds, whether it was reused). A training run found finished in `workdir` is
+  reused: its seconds are those written beside it (SECONDS_FILE) when it ran."""
   seconds_file = workdir / SECONDS_FILE
   start = time.perf_counter()
   result = run_part(part, overrides, workdir)
   if part.kind == "train" and seconds_file.exists() and result.get("finished", True):
-    return result, float(seconds_file.read_text())
+    return result, float(seconds_file.read_text()), True
   seconds = time.perf_counter() - start
   if part.kind == "train":
     seconds_file.write_text(f"{seconds:.1f}\n")
-  return result, seconds
+  return result, seconds, False
 
 
 def value(result: dict, key: str):
@@ -80,7 +81,8 @@ def value(result: dict, key: str):
 
 def remaining_seconds(done: list[str], todo: list[str], elapsed: float, expected: dict[str, float]) -> float | None:
   """Seconds the parts `todo` should take: their `expected` seconds (the baseline's) scaled by how fast the parts
-  `done` went against theirs; None without the baseline's times."""
+  `done` (those run, not reused, taking `elapsed` seconds) went against theirs, or as expected when none ran yet;
+  None without the baseline's times."""
   if not all(name in expected for name in done + todo):
     return None
   pace = elapsed / sum(expected[name] for name in done) if done else 1.0
@@ -97,13 +99,14 @@ def grade(overrides: dict[str, Any], workdir: epath.PathLike, *, suite: Suite | 
   workdir = epath.Path(workdir)
   name = variant_name(overrides)
   results, seconds, start = {}, {}, time.perf_counter()
-  names = [part.name for part in suite.parts]
+  names, ran = [part.name for part in suite.parts], []  # ran: the parts run here, whose pace predicts the rest.
   for i, part in enumerate(suite.parts):
     took = f"; the baseline took {expected[part.name]:.0f} s" if expected and part.name in expected else ""
     say(f"report card {name} [{i + 1}/{len(names)}] {part.title}: {part.config} ({part.kind}{took})")
-    results[part.name], seconds[part.name] = timed_part(part, overrides, workdir / part.name)
+    results[part.name], seconds[part.name], reused = timed_part(part, overrides, workdir / part.name)
+    ran += [] if reused else [part.name]
     elapsed = time.perf_counter() - start
-    left = remaining_seconds(names[:i + 1], names[i + 1:], elapsed, expected or {})
+    left = remaining_seconds(ran, names[i + 1:], sum(seconds[n] for n in ran), expected or {})
     say(f"report card {name} [{i + 1}/{len(names)}] {part.title} done in {seconds[part.name]:.0f} s; "
         f"{format_duration(elapsed)} so far" + ("" if left is None else f", about {format_duration(left)} left"))
   return {"variant": name, "overrides": {k: str(v) for k, v in overrides.items()},

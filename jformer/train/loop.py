@@ -37,7 +37,7 @@ from jformer.parallel import say
 from jformer.train import averaging, initialize, transfer, workdir_lock
 from jformer.train.budget import Budget, stored_plan
 from jformer.train.cost import StepCost, StepProfile, peak_memory
-from jformer.train.preemption import Preempted, Preemption
+from jformer.train.preemption import Preempted, Preemption, stop_at_once
 from jformer.train.progress import Progress, format_duration, write_json
 from jformer.train.runner import eval_step_for_host_params, make_runner, placement
 from jformer.train.step import FINITE_CHECKS
@@ -115,7 +115,9 @@ def finished_results(config, workdir: epath.PathLike) -> dict | None:
 
 
 def write_config(config, workdir: epath.PathLike) -> None:
-  """Writes the resolved config to `<workdir>/config.json` (after `check_resume`), and its checksum."""
+  """Writes the resolved config to `<workdir>/config.json` (after `check_resume`), and its checksum: the run's
+  identity, written at a start's first step (or before a rerun's final test), so that a start refused or failed
+  before it (data, vocabulary, compilation) leaves nothing that refuses the corrected command."""
   write_json(epath.Path(workdir) / "config.json", json.loads(config.to_json_best_effort()))
   if jax.process_index() == 0:
     config_lib.record_config(workdir)
@@ -150,7 +152,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLik
 
 
 def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLike, preemption: Preemption) -> dict:
-  write_config(config, workdir)
   tokenizer = data.prepare(config, workdir)  # tfds data and vocabulary: process 0 first, then the others.
   if tokenizer.vocab_size != config.model.vocab_size:
     raise ValueError(f"tokenizer has {tokenizer.vocab_size} ids but model.vocab_size={config.model.vocab_size}")
@@ -238,6 +239,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
       profile.before(step)
       state, metrics = runner.train_step(state, batch)
       profile.after(step, state)
+      if step == start_step + 1:  # the run's identity, recorded once a step exists (a failed start leaves none).
+        write_config(config, workdir)
       totals = runner.add_to_totals(totals, metrics)
       progress.step(input_tokens, timed=step > start_step + 1)  # the first step includes compilation.
       evaluated = budget.after_step(step, state, lambda log: evaluate(step, log))  # planning: times an evaluation.
@@ -285,6 +288,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
       results.update([peak_memory()])
       write_json(workdir / RESULTS_FILE, results)  # the training's results, before the (resumable) final test.
     preemption.check("before the final test")
+    if not trained:  # a rerun that only tests: this start's config recorded as a training start's is.
+      write_config(config, workdir)
     params = runner.host_params(state)
     if config.train.average_checkpoints > 1:
       if "eval_loss" not in results:  # a run whose last step's evaluation is not in its results.
@@ -293,8 +298,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
           config.train, workdir, results["step"], params, results["eval_loss"],
           lambda mean: task.evaluate(runner.eval_step, runner.device_params(mean), "valid"))
       results.update(averaged_results)
-    results.update(task.final_results(model, params, eval_step_for_host_params(runner, params)),
-                   finished=True)
+    say(f"final test of step {results['step']}")
+    with stop_at_once("during the final test"):  # nothing to save: the rerun tests again (its results unfinished).
+      results.update(task.final_results(model, params, eval_step_for_host_params(runner, params)),
+                     finished=True)
     progress.scalars(results["step"], task.final_scalars(results), prefix="test/")
     write_json(workdir / RESULTS_FILE, results)
     trained_line = (f"{results['tokens_per_second']:,.0f} tokens/s over {format_duration(results['train_seconds'])} "

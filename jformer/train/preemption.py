@@ -6,7 +6,8 @@ since the last one). Either way the run ends with exit status 0 after a `preempt
 command again resumes. A signal during a long phase (data preparation, compilation, evaluation, decoding) is
 acted on at the next check: the end of that phase or the next step.
 
-One process: the handler sets a flag, read after every step and at each phase boundary.
+One process: the handler sets a flag, read after every step and at each phase boundary; during the final test,
+which keeps nothing a rerun needs, SIGTERM stops it at once (`stop_at_once`) and the rerun runs the test again.
 
 Several processes (`jax.distributed`): JAX's coordination service agrees on the step. At
 `jax.distributed.initialize` JAX starts a preemption sync manager that waits for a preemption notice from any
@@ -21,8 +22,10 @@ step loop, and before the final BLEU) are agreed by an all-gather of the hosts' 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import signal
+from typing import Iterator
 
 import jax
 import numpy as np
@@ -37,6 +40,29 @@ PREEMPTION_NOTICE_KEY = "RECEIVED_PREEMPTION_NOTICE"
 
 class Preempted(Exception):
   """SIGTERM reached a host before a step was trained (or after the last one): nothing new to save."""
+
+
+@contextlib.contextmanager
+def stop_at_once(phase: str) -> Iterator[None]:
+  """While the block runs, SIGTERM raises `Preempted(phase)` at once (when the Python code running gets control
+  back: after the current device call), for a phase that keeps nothing a rerun needs and that the rerun repeats
+  (the final test, a report card's measurement), so that a long one does not outlast a preemption's grace period.
+  One process only: a host leaving a phase of collectives would strand the others, so with several the block
+  runs as it would (a run's Preemption then stops at the phase's end). The previous handler is put back on exit."""
+  if jax.process_count() > 1:
+    yield
+    return
+
+  def handle(signum, frame):
+    del signum, frame
+    signal.signal(signal.SIGTERM, previous)  # once: the stop is under way.
+    raise Preempted(phase)
+
+  previous = signal.signal(signal.SIGTERM, handle)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, previous)
 
 
 class Preemption:

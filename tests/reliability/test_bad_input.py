@@ -107,13 +107,16 @@ def test_workdir_that_is_a_file(repo_root, tiny_corpus, tmp_path):
 
 
 def test_read_only_workdir(repo_root, tiny_corpus, tmp_path):
-  if os.geteuid() == 0:  # root writes through file modes: use a folder that even root cannot write in.
+  if os.geteuid() == 0:  # root writes through file modes: a folder that even root cannot write in, the kernel's.
     parent = "/sys/fs"
     if not os.path.isdir(parent) or _can_write(parent):
       pytest.skip("no read-only folder for root here")
-  else:
-    parent = tmp_path / "read_only"
-    parent.mkdir(mode=0o555)
+    message = refused(train_args(repo_root, f"{parent}/run", tiny_corpus))
+    assert message == (f"jformer train: error: --workdir {parent}/run is under /sys, the kernel's sysfs file system, "
+                       "where no folder can be made; give a folder on a disk, e.g. --workdir=runs/demo.")
+    return
+  parent = tmp_path / "read_only"
+  parent.mkdir(mode=0o555)
   message = refused(train_args(repo_root, f"{parent}/run", tiny_corpus))
   assert message.startswith(f"jformer train: error: --workdir {parent}/run cannot be written ({parent}: ")
   assert message.endswith("give a writable folder or fix its permissions.")
