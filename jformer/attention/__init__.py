@@ -42,6 +42,7 @@ declares.
 import importlib
 import pkgutil
 
+from jformer.attention.capture import Capture
 from jformer.attention.registry import (FEATURES, REGISTRY, AttentionVariant, available, get, kernels, register,
                                         repeat_kv, softmax_weights)
 
@@ -49,5 +50,5 @@ from jformer.attention.registry import (FEATURES, REGISTRY, AttentionVariant, av
 for _module in pkgutil.iter_modules(__path__):
   importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["FEATURES", "REGISTRY", "AttentionVariant", "available", "get", "kernels", "register", "repeat_kv",
-           "softmax_weights"]
+__all__ = ["FEATURES", "REGISTRY", "AttentionVariant", "Capture", "available", "get", "kernels", "register",
+           "repeat_kv", "softmax_weights"]

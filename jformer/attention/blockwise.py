@@ -23,8 +23,8 @@ position, the boolean `mask` allows it and a flex variant's mask_mod does. Befor
 classifies every block once per call (`block_kinds`): EMPTY (no query of it sees a key of it: both passes skip it),
 FULL (every query sees every key: computed without masking, mask_mod not evaluated) or PARTIAL (the visibility is
 computed, mask_mod included, and applied). It is read from per-chunk minima and maxima of segment ids and
-positions (exact for causal masking, a window and contiguous segments; a block it cannot decide is PARTIAL, which
-is always correct) and from the mask_mod's values on each block. Whatever is known when the program is built (no
+positions (exact for packed rows masked by index, as the model trains; elsewhere a block it cannot decide is
+PARTIAL, which is always correct) and from the mask_mod's values on each block. Whatever is known when the program is built (no
 segment ids, positions by index, a mask_mod of the indices alone) is a constant of the program, the mask_mod's part
 evaluated once per shape. So causal attention does about half the work, a window O(T * window), and a mask_mod runs
 only on the blocks it partly masks.

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jformer import axes
 from jformer.attention import decode_state as decode_state_lib
 from jformer.attention import repeat_kv
-from jformer.models import plugin_params
+from jformer.models import captures, plugin_params
 from jformer.models.config import TransformerConfig
 from jformer.ops import dropout as dropout_op
 from jformer.ops import matmul
@@ -197,7 +197,9 @@ class MultiHeadAttention(nn.Module):
   evaluation, packed or not) is masked by index: packed positions count up by one with the index inside each
   example (`jformer.data` packing), so causal or windowed masking by index equals masking by position there,
   and the segment ids hide the other examples' keys. Rotary and bias encodings still get the positions. So the
-  library kernels, which mask by index only, take packed causal training.
+  library kernels, which mask by index only, take packed causal training. A variant that reads absolute positions
+  (`reads_positions`: a flex variant's functions) gets them there too; one that declares captures gets them
+  computed from the inputs (`jformer.models.captures`).
   """
   config: TransformerConfig
   causal: bool = False
@@ -254,7 +256,7 @@ class MultiHeadAttention(nn.Module):
       elif state is not None:
         key_BxSxGxK, value_BxSxGxK, kv_positions = self._update_cache(key_BxSxGxK, value_BxSxGxK, q_positions)
       bias = None if self.position_bias is None else self.position_bias(q_positions, kv_positions)
-      if inputs_kv_BxSxD is None and not decode and q_segment_ids is not None:
+      if inputs_kv_BxSxD is None and not decode and q_segment_ids is not None and not variant.reads_positions:
         q_positions = kv_positions = None  # implied by index and segments (class doc): the kernels take the call.
       masking = dict(causal=self.causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
                      q_positions=q_positions, kv_positions=kv_positions, bias=bias)
@@ -263,6 +265,9 @@ class MultiHeadAttention(nn.Module):
       if variant.params:
         masking["params"] = plugin_params.DeclaredParams(variant.params, cfg.attention_param_dims,
                                                          name=variant.name)()
+      if variant.captures:
+        masking["captures"] = captures.compute(self, variant, options, masking.get("params"), inputs_q_BxTxD,
+                                               inputs_kv_BxSxD, decode=decode, state=state, q_positions_BxT=q_positions)
       dropout_rng = None
       if not deterministic and cfg.attention_dropout_rate > 0:
         dropout_rng = self.make_rng("dropout")
