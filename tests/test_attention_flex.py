@@ -16,6 +16,7 @@ The default run checks a representative part (the settings that ask for most at 
 from __future__ import annotations
 
 import functools
+import logging
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +25,7 @@ import pytest
 
 import helpers as matrix
 from jformer import attention
-from jformer.attention import blockwise, flex
+from jformer.attention import auto, blockwise, flex
 from jformer.ops import masks
 
 REEXPRESSED = ("flex_alibi", "flex_relative", "flex_softcap", "flex_window", "flex_prefix_lm")
@@ -222,3 +223,78 @@ def _positions_in_examples(ids_L):
   starts = np.r_[True, ids_L[1:] != ids_L[:-1]]
   index = np.arange(len(ids_L))
   return index - np.maximum.accumulate(np.where(starts, index, 0))
+
+
+def within_20(b, h, q_idx, kv_idx):
+  return q_idx - kv_idx <= 20
+
+
+def test_library_masks_are_autos_call_and_functions_run_on_the_engine_each_logged_once(scratch_registries,
+                                                                                       monkeypatch, caplog):
+  """On a (pretended) TPU: a variant of the library's masks and soft-cap is `auto`'s call, which hands it to splash
+  (interpreted here) as its causal mask, window and soft-cap; the same window written as a function runs on the
+  engine, the reason logged once however often it is traced; so does the library soft-cap on top of the model's
+  (two soft-caps). Each equals today's implementation."""
+  monkeypatch.setattr(auto, "_backend", lambda: "tpu")
+  monkeypatch.setattr(auto, "_LOGGED", set())
+  caplog.set_level(logging.INFO, logger="absl")
+  library = flex.register("flex_library", mask_mod=flex.and_masks(flex.CAUSAL, flex.sliding_window(20)),
+                          score_mod=flex.softcap(2.0))
+  own = flex.register("flex_own", mask_mod=flex.and_masks(flex.CAUSAL, within_20))
+  q, k, v = (jax.random.normal(jax.random.PRNGKey(i), (2, 128, 2, 8)) for i in range(3))
+  ids = jnp.array([[1] * 100 + [0] * 28, [1] * 128])
+  masking, rows = dict(q_segment_ids=ids, kv_segment_ids=ids), np.asarray(ids, bool)
+  dot_product = functools.partial(attention.get("dot_product").fn, q, k, v, causal=True, window=(20, 0), **masking)
+  np.testing.assert_allclose(np.asarray(library.fn(q, k, v, **masking))[rows],
+                             np.asarray(dot_product(logits_softcap=2.0))[rows], atol=1e-5)
+  for _ in range(2):
+    got = jax.jit(lambda q: own.fn(q, k, v, **masking))(q)
+  np.testing.assert_allclose(np.asarray(got)[rows], np.asarray(dot_product())[rows], atol=1e-5)
+  jax.eval_shape(lambda: library.fn(q, k, v, logits_softcap=3.0, **masking))
+  lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("attention '")]
+  assert lines == [
+      "attention 'auto' on tpu, float32, T=128 S=128 H=2 K=2 D=8, causal+segment_ids+softcap+window: splash",
+      "attention 'flex_own' (flex) on tpu, T=128 S=128: the blockwise engine; no library kernel takes its mask_mod "
+      "within_20 (functions)",
+      "attention 'flex_library' (flex) on tpu, T=128 S=128: the blockwise engine; no library kernel takes two "
+      "soft-caps (the model's and its score_mod)"]
+
+
+def test_a_registration_the_engine_cannot_read_is_refused_naming_the_fix(scratch_registries):
+  with pytest.raises(ValueError, match="flex variant 'nothing' needs a score_mod or a mask_mod"):
+    flex.register("nothing")
+  with pytest.raises(ValueError, match=r"flex variant 'positional': late must take \(score, b, h, q_idx, kv_idx, "
+                                       r"\*, \.\.\.\) with its other arguments keyword-only"):
+    flex.register("positional", score_mod=late)
+  with pytest.raises(ValueError, match="option 'size' has two defaults, 2 and 3; give it one"):
+    flex.register("clash", score_mod=sized_score, mask_mod=sized_mask)
+  with pytest.raises(ValueError, match="names an option 'window', a name the variant signature uses; rename it"):
+    flex.register("reserved", mask_mod=named_window)
+  variant = flex.register("captured", score_mod=forget, captures={"c": attention.Capture(lambda x, params: x[..., 0])})
+  q, k, v = matrix.random_qkv(0)
+  with pytest.raises(ValueError, match=r"attention variant 'captured': capture 'c' at the kv side must be float "
+                                       r"\[2, 9\] or \[2, 9, 2\], got int32\[2, 9\]"):
+    variant.fn(q, k, v, captures={"q": {"c": q[..., 0, 0]}, "kv": {"c": jnp.ones((2, 9), jnp.int32)}})
+  with pytest.raises(ValueError, match=r"needs captures=\{'q': \{\.\.\.\}, 'kv': \{\.\.\.\}\} holding its declared "
+                                       r"captures \['c'\]"):
+    variant.fn(q, k, v)
+
+
+def late(score, b, h, q_idx, kv_idx, late):
+  return score
+
+
+def sized_score(score, b, h, q_idx, kv_idx, *, size=2):
+  return score
+
+
+def sized_mask(b, h, q_idx, kv_idx, *, size=3):
+  return q_idx >= size
+
+
+def named_window(b, h, q_idx, kv_idx, *, window=3):
+  return q_idx >= window
+
+
+def forget(score, b, h, q_idx, kv_idx, *, q, kv):
+  return score + q["c"] - kv["c"]

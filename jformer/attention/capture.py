@@ -16,6 +16,8 @@ from typing import Callable, Mapping
 import jax
 import jax.numpy as jnp
 
+from jformer.ops.masks import segment_positions
+
 
 @dataclasses.dataclass(frozen=True)
 class Capture:
@@ -25,18 +27,27 @@ class Capture:
     fn: `fn(x [B, L, d_model], params) -> [B, L, H] or [B, L]`: the value at each token (per query head, or shared
       by the heads) from the attention's input (after the layer's norm) and the variant's declared parameters
       (`params`: {name: array}, None when it declares none). Computed in float32.
-    cumulative: the variant reads the running sum over the sequence instead, c_t = sum_{s <= t} fn(x)_s (the
-      Forgetting Transformer's sum of log forget gates between key j and query i is c_i - c_j). The model keeps the
-      running sum between decode steps, so cached decoding equals the full pass. In a packed row the sum runs over
-      the whole row; a difference within one example is the same.
+    cumulative: the variant reads the running sum over the sequence instead, c_t = sum_{s <= t} fn(x)_s from the
+      start of the token's own example (the Forgetting Transformer's sum of log forget gates between key j and
+      query i is c_i - c_j). The model keeps the running sum between decode steps, so cached decoding equals the
+      full pass, and restarts it at each example of a packed row, so packed rows equal separate examples.
   """
   fn: Callable
   cumulative: bool = False
 
-  def values(self, x_BxLxD: jax.Array, params) -> jax.Array:
-    """`fn(x, params)` in float32, summed along the sequence when `cumulative` (`[B, L, H]` or `[B, L]`)."""
+  def values(self, x_BxLxD: jax.Array, params, segment_ids_BxL: jax.Array | None = None) -> jax.Array:
+    """`fn(x, params)` in float32 (`[B, L, H]` or `[B, L]`); when `cumulative`, summed along the sequence from the
+    start of each example (`segment_ids`: the examples of packed rows; None: one per row)."""
     values = jnp.asarray(self.fn(x_BxLxD, params), jnp.float32)
-    return jnp.cumsum(values, axis=1) if self.cumulative else values
+    if not self.cumulative:
+      return values
+    total = jnp.cumsum(values, axis=1)
+    if segment_ids_BxL is None:
+      return total
+    starts = jnp.arange(values.shape[1]) - segment_positions(segment_ids_BxL)  # [B, L]: each example's first token
+    before = jnp.take_along_axis(total, jnp.maximum(starts - 1, 0).reshape(starts.shape + (1,) * (values.ndim - 2)),
+                                 axis=1)
+    return total - jnp.where((starts > 0).reshape(before.shape[:2] + (1,) * (values.ndim - 2)), before, 0.0)
 
 
 def check(variant: str, declared: Mapping[str, Capture], captures, query: jax.Array, key: jax.Array) -> None:

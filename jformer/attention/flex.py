@@ -38,7 +38,8 @@ dot_product elsewhere); a function of its own runs it on the engine (the constru
 masking), said once in the log with the reason. Document masking is the call's segment ids (every variant's).
 
 Positions: a variant with a function of its own reads positions (`AttentionVariant.reads_positions`), so the model
-passes them for packed rows too: q_idx and kv_idx are each token's position in its own example.
+passes them for packed rows too: q_idx and kv_idx are each token's position in its own example (in encoder-decoder
+attention, the query's in the target and the key's in the source; while decoding, the step and the cache slots).
 """
 
 from __future__ import annotations

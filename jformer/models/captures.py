@@ -16,30 +16,31 @@ from jformer.attention import AttentionVariant
 from jformer.attention.decode_state import DecodeState
 
 
-def compute(module: nn.Module, variant: AttentionVariant, options: dict, params, inputs_q_BxTxD: jax.Array,
-            inputs_kv_BxSxD: jax.Array | None, *, decode: bool, state: DecodeState | None,
-            q_positions_BxT: jax.Array | None) -> dict:
+def compute(module: nn.Module, variant: AttentionVariant, options: dict, masking: dict, inputs_q_BxTxD: jax.Array,
+            inputs_kv_BxSxD: jax.Array | None, *, decode: bool, state: DecodeState | None) -> dict:
   """The variant's `captures=`: {"q": {name: `[B, T, ...]`}, "kv": {name: `[B, S, ...]`}}.
 
   Queries take the capture of their own input; keys that of theirs (the encoder output in encoder-decoder
   attention), or, in self-attention while decoding (`state`: the variant's decode state), what the cache holds of
-  every slot the keys come from. A cumulative capture continues from the running sum of the earlier decode steps.
+  every slot the keys come from. A cumulative capture restarts at each example of a packed row (`masking`: the
+  call's, with its segment ids, positions and `params`) and continues from the running sum of the earlier decode
+  steps.
   """
-  captured = {"q": {}, "kv": {}}
+  params, captured = masking.get("params"), {"q": {}, "kv": {}}
   for name, capture in sorted(variant.captures.items()):
     if capture.cumulative and decode:
       at_queries = _running_sum(module, name, jnp.asarray(capture.fn(inputs_q_BxTxD, params), jnp.float32))
     else:
-      at_queries = capture.values(inputs_q_BxTxD, params)
+      at_queries = capture.values(inputs_q_BxTxD, params, masking["q_segment_ids"])
     captured["q"][name] = at_queries
     if inputs_kv_BxSxD is not None:
-      captured["kv"][name] = capture.values(inputs_kv_BxSxD, params)
+      captured["kv"][name] = capture.values(inputs_kv_BxSxD, params, masking["kv_segment_ids"])
     elif state is None:
       captured["kv"][name] = at_queries
     elif state.kind == "window":
       captured["kv"][name] = _window_cache(module, name, at_queries, state.window_size(options, variant.options))
     else:
-      captured["kv"][name] = _full_cache(module, name, at_queries, q_positions_BxT)
+      captured["kv"][name] = _full_cache(module, name, at_queries, masking["q_positions"])
   return captured
 
 

@@ -2,7 +2,8 @@
 
 o_i = sum_j softmax_j(q_i . k_j / sqrt(d) + D_ij) v_j with D_ij = sum_{l=j+1}^{i} log f_l and a forget gate
 f_t = sigmoid(w_h . x_t + b_h) per head from the layer input x_t (the paper's eq. 4-6). With c_t = sum_{l<=t} log f_l,
-a cumulative capture (the model keeps its running sum while decoding), D_ij = c_i - c_j. Where attention is not
+a cumulative capture (restarting at each example of a packed row; the model keeps its running sum while decoding),
+D_ij = c_i - c_j. Where attention is not
 causal (an encoder, cross-attention) it decays both ways, -|c_i - c_j|. b_h starts at 5 (f ~ 0.993: the model starts
 close to softmax attention). `--config.imports=tests/plugins/forgetting_transformer.py
 --config.model.attention=forgetting_transformer`.
