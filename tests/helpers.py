@@ -28,6 +28,7 @@ import pytest
 
 from jformer import attention, checkpoint, data, positional, tasks
 from jformer import config as config_lib
+from jformer.attention import flex
 from jformer.decode.translator import init_cache
 from jformer.ops import masks
 from jformer.train import optim
@@ -259,10 +260,15 @@ def params_of(name, heads, q_len=LENGTH, kv_len=LENGTH):
   return extra
 
 
-def visible_rows(q, k, kwargs):
-  """`[B, T]` bool: the queries that see at least one key (others have no defined output)."""
-  masking = {n: x for n, x in kwargs.items() if n not in ("bias", "params", "captures", "logits_softcap")}
-  mask = masks.attention_mask(q.shape[1], k.shape[1], **masking)
+def visible_rows(q, k, kwargs, name=None):
+  """`[B, T]` bool: the queries that see at least one key (others have no defined output); for a flex variant
+  `name`, with its mask_mod (`flex.visible_keys`)."""
+  variant = None if name is None else attention.get(name)
+  if variant is not None and flex.is_flex(variant):
+    mask = flex.visible_keys(variant, q, k, **kwargs, **variant.example_options)
+  else:
+    masking = {n: x for n, x in kwargs.items() if n not in ("bias", "params", "captures", "logits_softcap")}
+    mask = masks.attention_mask(q.shape[1], k.shape[1], **masking)
   if mask is None:
     return np.ones(q.shape[:2], bool)
   return np.broadcast_to(np.asarray(mask).any((1, 3)), q.shape[:2])
@@ -315,7 +321,7 @@ def check_variant_matches_reference(name, setting):
   if refusal:  # its `limits` (tests/test_attention_kernels.py checks which settings each kernel takes).
     pytest.skip(f"'{name}' refuses this call: {refusal}")
   kwargs = dict(kwargs, **params_of(name, q.shape[2], q.shape[1], k.shape[1]))
-  rows = visible_rows(q, k, kwargs)
+  rows = visible_rows(q, k, kwargs, name)
   options = options_of(name)
   out, grads = output_and_grads(functools.partial(variant.fn, **options), q, k, v, kwargs, rows)
   want_out, want_grads = output_and_grads(functools.partial(variant.reference, **options), q, k, v, kwargs, rows,

@@ -104,9 +104,8 @@ def test_flex_plugin_trains_from_the_command_line(tmp_path, name):
     assert ckpt.latest_step() == 4
     params = ckpt.restore_params()
   config = config_lib.load_run(workdir)
-  variant = attention.get(name)
-  initial = nn.meta.unbox(jax.jit(variant.params[LEARNED[name][-1]].init, static_argnums=1)(
-      jax.random.PRNGKey(0), variant.param_shapes(dict(heads=config.model.num_heads), {})[LEARNED[name][-1]]))
+  spec = attention.get(name).params[LEARNED[name][-1]]  # a parameter with a fixed initial value (the slopes, b_h)
+  initial = spec.init(jax.random.PRNGKey(0), spec.resolve(dict(heads=config.model.num_heads)))
   trained = [leaf for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
              if LEARNED[name][-1] in jax.tree_util.keystr(path)]
   assert len(trained) == config.model.num_decoder_layers
@@ -130,6 +129,6 @@ def test_report_card_grades_a_flex_plugin(tmp_path, repo_root, monkeypatch, scra
   card = rc.grade(overrides, tmp_path / "card", suite=suite, say=lambda line: None)
   assert card["variant"] == "forgetting_transformer" and set(card["values"]) == {m.name for m in suite.metrics}
   assert 0.0 <= card["values"]["mqar_64x4_accuracy"] <= 1.0 and card["values"]["train_step_ms"] > 0
-  # 4 layers x (keys and values: 8 rows x 1,024 positions x 256 float32 = 32 MiB, each) + the keys' sums
-  # (8 x 1,024 x 4 heads float32 = 1/32 MiB per layer) and the running sums.
-  assert card["values"]["decode_state_mib"] == pytest.approx(64.0 + 4 / 32, abs=0.01)
+  # 4 layers x (keys and values: 8 rows x 1,024 positions x 256 float32 = 8 MiB each, + the keys' sums: 8 x 1,024
+  # x 4 heads float32 = 1/8 MiB) and the running sums (8 x 4 float32 per layer).
+  assert card["values"]["decode_state_mib"] == pytest.approx(4 * (2 * 8 + 1 / 8), abs=0.01)

@@ -258,31 +258,52 @@ def _variant_function(spec: _Spec, options: Mapping[str, inspect.Parameter], *, 
       + [keyword("mesh", None)] + [keyword(n, d) for n, d in CHUNKS.items()] + list(options.values())
       + [inspect.Parameter("masking", inspect.Parameter.VAR_KEYWORD)])
   flex.__doc__ = f"Flex attention: {spec.describe()} (`jformer.attention.flex`)."
+  flex.flex_spec = spec  # `visible_keys` reads it (the registry's wrapper keeps it)
   return flex
+
+
+def is_flex(variant: AttentionVariant) -> bool:
+  """Whether `variant` was registered here (made of mods)."""
+  return hasattr(variant.fn, "flex_spec")
+
+
+def visible_keys(variant: AttentionVariant, query, key, **kwargs) -> jax.Array | None:
+  """The keys each query sees in a call of flex variant `variant` (the call's masking and the mask_mod): `[B, H or
+  1, T, S]` boolean, None where nothing is masked. Arguments: the variant's (`params`, `captures`, options)."""
+  if not is_flex(variant):
+    raise ValueError(f"attention variant '{variant.name}' is not a flex variant (jformer.attention.flex.register)")
+  return _dense(variant.fn.flex_spec, query, key, kwargs)[0]
+
+
+def _dense(spec: _Spec, query, key, kwargs) -> tuple:
+  """(visible keys `[B, H or 1, T, S]` or None, the score_mod on `[B, H, T, S]` logits or None, the masking
+  arguments with the mask's data merged) of a call, on the whole `[T, S]` at once."""
+  kwargs = dict(kwargs)
+  params, captures = kwargs.pop("params", None), kwargs.pop("captures", None)
+  signature = {k: kwargs.pop(k) for k in list(kwargs) if k in SIGNATURE}
+  masking, bound = _plan(spec, signature, {k: v for k, v in kwargs.items() if k not in CHUNKS})
+  batch, q_len, heads = query.shape[:3]
+  kv_len = key.shape[1]
+  positions = lambda p, length: jnp.arange(length)[None] if p is None else jnp.atleast_2d(p)
+  q_idx = positions(masking["q_positions"], q_len)[:, None, :, None].astype(jnp.int32)
+  kv_idx = positions(masking["kv_positions"], kv_len)[:, None, None, :].astype(jnp.int32)
+  b, h = jnp.arange(batch).reshape(batch, 1, 1, 1), jnp.arange(heads).reshape(1, heads, 1, 1)
+  q, kv = ({name: _dense_tokens(x, axis) for name, x in (captures or {}).get(side, {}).items()}
+           for side, axis in (("q", 2), ("kv", 3)))
+  visible = attention_mask(q_len, kv_len, **{k: masking[k] for k in MASKING if k != "bias"})
+  if bound.mask_fns:
+    mod = bound.mask(b, h, q_idx, kv_idx, params, q, kv)
+    visible = mod if visible is None else visible & mod
+  score_mod = None if bound.score_fn is None else (lambda s: bound.score(s, b, h, q_idx, kv_idx, params, q, kv))
+  return visible, score_mod, masking
 
 
 def _weights(spec: _Spec) -> Callable:
   """The variant's `weights=`: softmax(score_mod(cap(q . k / sqrt(d))) + bias) over the visible keys, `[B, H, T,
   S]` float32, on the whole `[T, S]` at once."""
 
-  def weights(query, key, *, params=None, captures=None, **kwargs):
-    signature = {k: kwargs.pop(k) for k in list(kwargs) if k in SIGNATURE}
-    options = {k: v for k, v in kwargs.items() if k not in CHUNKS}
-    masking, bound = _plan(spec, signature, options)
-    batch, q_len, heads = query.shape[:3]
-    kv_len = key.shape[1]
-    positions = lambda p, length: jnp.arange(length)[None] if p is None else jnp.atleast_2d(p)
-    q_idx = positions(masking["q_positions"], q_len)[:, None, :, None].astype(jnp.int32)
-    kv_idx = positions(masking["kv_positions"], kv_len)[:, None, None, :].astype(jnp.int32)
-    b, h = jnp.arange(batch).reshape(batch, 1, 1, 1), jnp.arange(heads).reshape(1, heads, 1, 1)
-    q, kv = ({name: _dense_tokens(x, axis) for name, x in (captures or {}).get(side, {}).items()}
-             for side, axis in (("q", 2), ("kv", 3)))
-    visible = attention_mask(q_len, kv_len, **{k: masking[k] for k in MASKING if k != "bias"})
-    if bound.mask_fns:
-      mod = bound.mask(b, h, q_idx, kv_idx, params, q, kv)
-      visible = mod if visible is None else visible & mod
-    score_mod = None if bound.score_fn is None else (
-        lambda s: bound.score(s, b, h, q_idx, kv_idx, params, q, kv))
+  def weights(query, key, **kwargs):
+    visible, score_mod, masking = _dense(spec, query, key, kwargs)
     return dot_product_weights(query, key, mask=visible, bias=masking["bias"], softcap=masking["logits_softcap"],
                                score_mod=score_mod)
 
