@@ -108,6 +108,11 @@ def _backend() -> str:
   return jax.default_backend()
 
 
+def backend() -> str:
+  """The backend `auto` chooses for (JAX's, or the one a test pretends to be on)."""
+  return _backend()
+
+
 def _run(choice: Choice, query, key, value, masking, mesh):
   run = lambda variant: variant.fn(query, key, value, **masking, mesh=mesh)
   if choice.otherwise is None:

@@ -232,7 +232,7 @@ def attention(spec: _Spec, query, key, value, *, params, captures, mesh, chunks:
   reason = spec.unlowered(signature.get("logits_softcap", 0.0))
   if reason is None:
     return auto.VARIANT.fn(query, key, value, **masking, mesh=mesh)
-  auto.log_once(f"attention '{spec.name}' (flex) on {auto._backend()}, T={query.shape[1]} S={key.shape[1]}: the "
+  auto.log_once(f"attention '{spec.name}' (flex) on {auto.backend()}, T={query.shape[1]} S={key.shape[1]}: the "
                 f"blockwise engine; no library kernel takes {reason}")
   return blockwise.attention(query, key, value, **{k: masking[k] for k in MASKING}, softcap=masking["logits_softcap"],
                              query_chunk_size=min(chunks[0], query.shape[1]),
