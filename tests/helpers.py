@@ -150,6 +150,19 @@ def decode_step_by_step(model, params, encoded, inputs, targets, encoded_at_step
   return jnp.concatenate(steps, axis=1)
 
 
+def check_packed_rows_equal_separate_examples(model):
+  """A translation `model` on a row of two packed pairs (and padding) gives each pair's logits alone."""
+  xa, ya, xb, yb = tokens(0, (1, 3)), tokens(1, (1, 4)), tokens(2, (1, 4)), tokens(3, (1, 2))
+  params = init(model, xa, ya)
+  apply = jax.jit(model.apply)  # three shapes, each used once: compiling beats running new shapes eagerly.
+  packed = apply(
+      params, jnp.concatenate([xa, xb, jnp.zeros((1, 1), jnp.int32)], 1), jnp.concatenate([ya, yb], 1),
+      inputs_segmentation=jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]]), targets_segmentation=jnp.array([[1] * 4 + [2] * 2]),
+      inputs_positions=jnp.array([[0, 1, 2, 0, 1, 2, 3, 0]]), targets_positions=jnp.array([[0, 1, 2, 3, 0, 1]]))
+  np.testing.assert_allclose(packed[:, :4], apply(params, xa, ya), atol=1e-5)
+  np.testing.assert_allclose(packed[:, 4:], apply(params, xb, yb), atol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------- attention matrix
 # Every registered attention variant against its reference, forward and gradients, in every setting the model uses
 # (tests/test_attention_variants.py runs it over the registry; tests/test_plugins.py on a plug-in variant).

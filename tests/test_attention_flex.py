@@ -215,7 +215,8 @@ def test_the_block_mask_is_exact_for_packed_rows_masked_by_index_and_a_constant_
 
   traced(jnp.ones((1, length), jnp.int32))
   assert not isinstance(seen[0], jax.core.Tracer) and isinstance(seen[1], jax.core.Tracer)
-  assert np.asarray(seen[0]).tolist()[0] == [blockwise.PARTIAL] * 2 + [blockwise.EMPTY] * 6  # queries 0-3, keys 0-2, 3-5
+  # Queries 0-3 see keys of the first two chunks (0-2, 3-5).
+  assert np.asarray(seen[0]).tolist()[0] == [blockwise.PARTIAL] * 2 + [blockwise.EMPTY] * 6
 
 
 def _positions_in_examples(ids_L):

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import REPO, decode_step_by_step, init, tiny, tokens
+from helpers import REPO, check_packed_rows_equal_separate_examples, decode_step_by_step, init, tiny, tokens
 from jformer import attention, checkpoint
 from jformer import config as config_lib
 from jformer import report_card as rc
@@ -71,16 +71,7 @@ def test_forgetting_transformer_packed_rows_equal_separate_examples(flex_plugins
 def test_flex_plugin_packed_translation_rows_equal_separate_examples(flex_plugins, name):
   """Packed pairs (encoder and decoder rows of two examples each) give each example's logits alone: positions and
   cumulative captures restart at each example, in encoder-decoder attention too."""
-  model = model_with(name)
-  xa, ya, xb, yb = tokens(0, (1, 3)), tokens(1, (1, 4)), tokens(2, (1, 4)), tokens(3, (1, 2))
-  params = init(model, xa, ya)
-  apply = jax.jit(model.apply)
-  packed = apply(
-      params, jnp.concatenate([xa, xb, jnp.zeros((1, 1), jnp.int32)], 1), jnp.concatenate([ya, yb], 1),
-      inputs_segmentation=jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]]), targets_segmentation=jnp.array([[1] * 4 + [2] * 2]),
-      inputs_positions=jnp.array([[0, 1, 2, 0, 1, 2, 3, 0]]), targets_positions=jnp.array([[0, 1, 2, 3, 0, 1]]))
-  np.testing.assert_allclose(packed[:, :4], apply(params, xa, ya), atol=1e-5)
-  np.testing.assert_allclose(packed[:, 4:], apply(params, xb, yb), atol=1e-5)
+  check_packed_rows_equal_separate_examples(model_with(name))
 
 
 def train_command(workdir, name, **extra):

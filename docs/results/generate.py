@@ -208,8 +208,8 @@ CAPTIONS = {
                                 "`greedy` is its beam search with one beam (it has no other). jformer's and the "
                                 "example's decoding of one dtype and method take turns of 5 calls, two rounds "
                                 "(`common.time_in_rounds`).",
-    "attention_flex.json": "Flex variants (`jformer.attention.flex`) beside the hand-written paths, causal, at 2,048 and "
-                           "8,192 tokens: `flex_alibi` (ALiBi as a score_mod, evaluated on each block) beside "
+    "attention_flex.json": "Flex variants (`jformer.attention.flex`) beside the hand-written paths, causal, at 2,048 "
+                           "and 8,192 tokens: `flex_alibi` (ALiBi as a score_mod, evaluated on each block) beside "
                            "`chunked+alibi` (the `alibi` encoding's bias `[1, H, T, S]` given to `chunked`), "
                            "`flex_window` (a window of 128 as a mask_mod function, evaluated on the blocks it partly "
                            "masks) beside `local` (the window as data); `dot_product` and `dot_product+alibi` are the "

@@ -24,9 +24,9 @@ classifies every block once per call (`block_kinds`): EMPTY (no query of it sees
 FULL (every query sees every key: computed without masking, mask_mod not evaluated) or PARTIAL (the visibility is
 computed, mask_mod included, and applied). It is read from per-chunk minima and maxima of segment ids and
 positions (exact for packed rows masked by index, as the model trains; elsewhere a block it cannot decide is
-PARTIAL, which is always correct) and from the mask_mod's values on each block. Whatever is known when the program is built (no
-segment ids, positions by index, a mask_mod of the indices alone) is a constant of the program, the mask_mod's part
-evaluated once per shape. So causal attention does about half the work, a window O(T * window), and a mask_mod runs
+PARTIAL, which is always correct) and from the mask_mod's values on each block. What is known when the program is
+built (no segment ids, positions by index, a mask_mod of the indices alone) is a constant of the program, the
+mask_mod's part evaluated once per shape. So causal attention does about half the work, a window O(T * window), and a mask_mod runs
 only on the blocks it partly masks.
 
 Inside, heads come first and are grouped: query `[B, K, G, T, D]` (query head h = k * G + g uses key/value
@@ -143,7 +143,8 @@ def attention(query, key, value, *, causal, q_segment_ids, kv_segment_ids, q_pos
     query = query * jnp.asarray(head_dim**-0.5, query.dtype)
   q_pad, kv_pad = -q_len % query_chunk_size, -kv_len % key_chunk_size
   with jax.ensure_compile_time_eval():  # what the call does not give stays a constant of the program.
-    visibility = Visibility(_pad(_segments(q_segment_ids, q_len), q_pad), _pad(_segments(kv_segment_ids, kv_len), kv_pad),
+    visibility = Visibility(_pad(_segments(q_segment_ids, q_len), q_pad),
+                            _pad(_segments(kv_segment_ids, kv_len), kv_pad),
                             _pad(_positions(q_positions, q_len), q_pad, "edge"),
                             _pad(_positions(kv_positions, kv_len), kv_pad, "edge"))
   captured = Captured(*({name: _grouped_tokens(x, pad, kv_heads) for name, x in (captures or {}).get(side, {}).items()}

@@ -93,7 +93,9 @@ CAUSAL = Mask(causal=True)
 def sliding_window(left: int, right: int = 0) -> Mask:
   """position(i) - left <= position(j) <= position(i) + right (`ops.masks.window_mask`; Mistral's window of W keys
   back is (W - 1, 0) with CAUSAL)."""
-  return Mask(window=(int(left), int(right)))
+  if not (isinstance(left, int) and isinstance(right, int) and left >= 0 and right >= 0):
+    raise ValueError(f"flex.sliding_window needs two ints >= 0 (keys before, keys after), got ({left!r}, {right!r})")
+  return Mask(window=(left, right))
 
 
 def softcap(cap: float) -> Score:

@@ -102,7 +102,8 @@ def prefix_lm(b, h, q_idx, kv_idx, *, prefix_length: int = 3):
 def prefix_lm_reference(query, key, value, *, prefix_length=3, **kwargs):
   q_positions, kv_positions = positions(query, key, kwargs)
   prefix = (kv_positions[:, None, None, :] < prefix_length) | masks.causal_mask(q_positions, kv_positions)
-  return today(query, key, value, **dict(kwargs, mask=prefix if kwargs.get("mask") is None else kwargs["mask"] & prefix))
+  mask = prefix if kwargs.get("mask") is None else kwargs["mask"] & prefix
+  return today(query, key, value, **dict(kwargs, mask=mask))
 
 
 flex.register("flex_alibi", score_mod=alibi, params={"slopes": Param(("heads",), constant(0.25))},
