@@ -30,10 +30,11 @@ from jformer.ops import masks, positional
 
 REEXPRESSED = ("flex_alibi", "flex_relative", "flex_softcap", "flex_window", "flex_prefix_lm")
 PAPERS = ("learned_alibi", "forgetting_transformer")
-# The default run: each re-expression in one setting that asks for what it depends on (positions in packed rows for
-# ALiBi, T5 and prefix-LM; the soft-cap on top of the call's own; a window on top of the call's own).
-FAST = {("flex_alibi", "packed_decoder_multi_query"), ("flex_relative", "packed_encoder"),
-        ("flex_softcap", "softcap_decoder"), ("flex_window", "window_decoder"), ("flex_prefix_lm", "packed_encoder"),
+# The default run: a re-expression of each kind in one setting that asks for what it depends on (ALiBi's parameters
+# and T5's one-sided buckets with causal packed rows and grouped heads; prefix-LM's absolute positions in packed rows;
+# a window on top of the call's own), FoX's captures; the rest (and the soft-cap) in the slow run.
+FAST = {("flex_alibi", "packed_decoder_multi_query"), ("flex_relative", "packed_decoder_multi_query"),
+        ("flex_window", "window_decoder"), ("flex_prefix_lm", "packed_encoder"),
         ("forgetting_transformer", "packed_decoder_multi_query")}
 
 
@@ -50,8 +51,8 @@ def test_flex_variant_matches_todays_implementation(flex_plugins, name, setting)
   matrix.check_variant_matches_reference(name, setting)
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n in ("flex_alibi", "forgetting_transformer") else
-                                               pytest.mark.slow) for n in REEXPRESSED + PAPERS])
+@pytest.mark.parametrize("name", [pytest.param(n, marks=() if n == "forgetting_transformer" else pytest.mark.slow)
+                                  for n in REEXPRESSED + PAPERS])
 def test_flex_decode_steps_match_the_full_forward(flex_plugins, name):
   """Each cached step sees its true position and the slots' (the garbage after the step is masked)."""
   matrix.check_decode_steps_match_full_forward(name)
@@ -93,27 +94,28 @@ def test_forgetting_transformer_is_its_equation_in_packed_rows_with_the_same_bit
   assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(again)))
 
 
-def test_document_masking_as_a_mask_mod_over_a_capture_equals_segment_ids(scratch_registries):
+@pytest.mark.parametrize("setting", ["packed_decoder_multi_query",
+                                     pytest.param("packed_cross_attention", marks=pytest.mark.slow)])
+def test_document_masking_as_a_mask_mod_over_a_capture_equals_segment_ids(scratch_registries, setting):
   """Document masking written as PyTorch's document mask, the ids a capture, equals today's segment ids (packed rows
-  with padding, causal, one key/value head for four query heads; and packed cross-attention), with gradients."""
+  with padding, causal, one key/value head for four query heads; packed cross-attention), with gradients."""
 
   def document(b, h, q_idx, kv_idx, *, q, kv):
     return (q["document"] == kv["document"]) & (kv["document"] != 0)
 
   variant = flex.register("flex_document", mask_mod=document,
                           captures={"document": attention.Capture(lambda x, params: x[..., 0])})
-  for setting in ("packed_decoder_multi_query", "packed_cross_attention"):
-    q, k, v, kwargs = matrix.SETTINGS[setting].make()
-    segments = {name: kwargs.pop(name) for name in ("q_segment_ids", "kv_segment_ids")}
-    documents = {"q": {"document": segments["q_segment_ids"].astype(jnp.float32)},
-                 "kv": {"document": segments["kv_segment_ids"].astype(jnp.float32)}}
-    rows = matrix.visible_rows(q, k, dict(kwargs, **segments))
-    out, grads = matrix.output_and_grads(functools.partial(variant.fn, query_chunk_size=4, key_chunk_size=3), q, k,
-                                         v, dict(kwargs, captures=documents), rows)
-    want, want_grads = matrix.output_and_grads(attention.get("dot_product").fn, q, k, v, dict(kwargs, **segments),
-                                               rows, jit=False)
-    np.testing.assert_allclose(out[rows], want[rows], atol=1e-5)
-    matrix.assert_grads_close(grads[:3], want_grads, ("query", "key", "value"))
+  q, k, v, kwargs = matrix.SETTINGS[setting].make()
+  segments = {name: kwargs.pop(name) for name in ("q_segment_ids", "kv_segment_ids")}
+  documents = {"q": {"document": segments["q_segment_ids"].astype(jnp.float32)},
+               "kv": {"document": segments["kv_segment_ids"].astype(jnp.float32)}}
+  rows = matrix.visible_rows(q, k, dict(kwargs, **segments))
+  out, grads = matrix.output_and_grads(functools.partial(variant.fn, query_chunk_size=4, key_chunk_size=3), q, k, v,
+                                       dict(kwargs, captures=documents), rows)
+  want, want_grads = matrix.output_and_grads(attention.get("dot_product").fn, q, k, v, dict(kwargs, **segments), rows,
+                                             jit=False)
+  np.testing.assert_allclose(out[rows], want[rows], atol=1e-5)
+  matrix.assert_grads_close(grads[:3], want_grads, ("query", "key", "value"))
 
 
 BLOCK, BLOCKS = 64, 8  # 512 tokens in 8 x 8 blocks
@@ -137,7 +139,7 @@ def everything(b, h, q_idx, kv_idx):
 
 @pytest.mark.parametrize("mask_mod, segments, computed, masked", [
     (causal, False, 36, 8),  # 8 + 7 + ... + 1 blocks on or below the diagonal; the 8 on it are masked.
-    (window_63, False, 15, 15),  # the diagonal and the block before it, all partly masked.
+    pytest.param(window_63, False, 15, 15, marks=pytest.mark.slow),  # the diagonal and the block before it.
     (prefix_lm_128, False, 37, 6),  # 16 blocks of the prefix, 15 below the diagonal after it, 6 on it.
     pytest.param(everything, True, 21, 8, marks=pytest.mark.slow),  # causal and two documents of 5 and 3 blocks
 ])

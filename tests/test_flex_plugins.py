@@ -16,6 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from test_decode_generate import check_cached_generation_equals_full_forward, lm_and_params
+
 from helpers import REPO, check_packed_rows_equal_separate_examples, decode_step_by_step, init, tiny, tokens
 from jformer import attention, checkpoint
 from jformer import config as config_lib
@@ -49,6 +51,16 @@ def test_flex_plugin_learns_in_every_attention_and_decodes_with_the_cache_as_the
   full = jax.jit(model.apply)({"params": params}, x, y)
   encoded = jax.jit(functools.partial(model.apply, method=model.encode))({"params": params}, x)
   np.testing.assert_allclose(decode_step_by_step(model, params, encoded, x, y, jit=True), full, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", [pytest.param("forgetting_transformer"),
+                                  pytest.param("learned_alibi", marks=pytest.mark.slow)])
+def test_flex_plugin_in_a_layer_pattern_generates_from_the_cache_as_the_full_forward(flex_plugins, name):
+  """A language model alternating the plug-in's layers with softmax layers (`model.layer_kinds`): the prompt fed at
+  once (FoX: its running sum over the prompt), then one token per step, equals the uncached forward pass."""
+  kinds = {"flex": {"attention": name}, "softmax": {"attention": "dot_product"}}
+  check_cached_generation_equals_full_forward(*lm_and_params(**{
+      "model.layer_kinds": kinds, "model.layer_pattern": ("flex", "softmax"), "model.positional": "none"}))
 
 
 def test_forgetting_transformer_packed_rows_equal_separate_examples(flex_plugins):
@@ -104,10 +116,11 @@ def test_flex_plugin_trains_from_the_command_line(tmp_path, name):
 
 
 @pytest.mark.integration
-def test_report_card_grades_a_flex_plugin(tmp_path, repo_root, monkeypatch, scratch_registries):
-  """`jformer report-card`'s grading takes the Forgetting Transformer as it is (a shortened suite: MQAR for 20 steps,
-  the train step at 8 x 32 tokens, the decode step): a figure for every metric, its decode state holding the keys'
-  sums beside the keys."""
+@pytest.mark.parametrize("name, captured_mib", [("forgetting_transformer", 1 / 8), ("learned_alibi", 0.0)])
+def test_report_card_grades_a_flex_plugin(tmp_path, repo_root, monkeypatch, scratch_registries, name, captured_mib):
+  """`jformer report-card`'s grading takes each flex plug-in as it is (a shortened suite: MQAR for 20 steps, the
+  train step at 8 x 32 tokens, the decode step): a figure for every metric; FoX's decode state holds the keys' sums
+  of log forget gates beside the keys."""
   monkeypatch.chdir(repo_root)
   full = rc.default_suite()
   short = {"train.steps": 20, "train.eval_every": 20, "train.log_every": 10, "train.checkpoint_every": 20,
@@ -116,10 +129,10 @@ def test_report_card_grades_a_flex_plugin(tmp_path, repo_root, monkeypatch, scra
            dataclasses.replace(full.part("train_step"), overrides={"data.max_length": 32, "data.batch_size": 8}),
            full.part("decode_step")]
   suite = suite_lib.Suite(tuple(parts), tuple(m for m in full.metrics if m.part in {p.name for p in parts}))
-  overrides = {"imports": PLUGINS["forgetting_transformer"], "model.attention": "forgetting_transformer"}
-  card = rc.grade(overrides, tmp_path / "card", suite=suite, say=lambda line: None)
-  assert card["variant"] == "forgetting_transformer" and set(card["values"]) == {m.name for m in suite.metrics}
+  card = rc.grade({"imports": PLUGINS[name], "model.attention": name}, tmp_path / "card", suite=suite,
+                  say=lambda line: None)
+  assert card["variant"] == name and set(card["values"]) == {m.name for m in suite.metrics}
   assert 0.0 <= card["values"]["mqar_64x4_accuracy"] <= 1.0 and card["values"]["train_step_ms"] > 0
-  # 4 layers x (keys and values: 8 rows x 1,024 positions x 256 float32 = 8 MiB each, + the keys' sums: 8 x 1,024
-  # x 4 heads float32 = 1/8 MiB) and the running sums (8 x 4 float32 per layer).
-  assert card["values"]["decode_state_mib"] == pytest.approx(4 * (2 * 8 + 1 / 8), abs=0.01)
+  # 4 layers x (keys and values: 8 rows x 1,024 positions x 256 float32 = 8 MiB each, + FoX's keys' sums: 8 x 1,024
+  # x 4 heads float32 = 1/8 MiB) and its running sums (8 x 4 float32 per layer).
+  assert card["values"]["decode_state_mib"] == pytest.approx(4 * (2 * 8 + captured_mib), abs=0.01)
