@@ -35,8 +35,8 @@ def model_with(name, **overrides):
                  "model.num_encoder_layers": 1, "model.num_decoder_layers": 1, **overrides})
 
 
-@pytest.mark.parametrize("name", [pytest.param("forgetting_transformer"),
-                                  pytest.param("learned_alibi", marks=pytest.mark.slow)])
+@pytest.mark.slow  # the default run decodes FoX in a language model (below); its gradients: test_attention_flex.py
+@pytest.mark.parametrize("name", sorted(PLUGINS))
 def test_flex_plugin_learns_in_every_attention_and_decodes_with_the_cache_as_the_full_forward(flex_plugins, name):
   """Encoder self-, decoder self- and cross-attention each get a gradient for the plug-in's parameters; decoding
   one token per cached step (FoX: its running sum of log forget gates, its keys' sums in the cache) gives the full
