@@ -4,10 +4,12 @@ they are timed beside, and its table divides each flex row by that path."""
 
 import jax
 import numpy as np
+import pytest
 
 from helpers import import_benchmark
 
 
+@pytest.mark.slow  # a check of the script the lead runs by hand (docs/results/attention.md), not of jformer
 def test_flex_rows_compute_what_the_hand_written_rows_do_and_are_divided_by_them(scratch_registries):
   bench = import_benchmark("attention")
   args = bench.parse_args(["--lengths=16", "--heads=2", "--variants=chunked+alibi,flex_alibi,local,flex_window",
