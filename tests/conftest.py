@@ -29,7 +29,7 @@ os.environ["XLA_FLAGS"] = SUBPROCESS_XLA_FLAGS  # ... while the commands tests s
 
 import pytest  # noqa: E402
 
-from helpers import PLUGIN, REPO  # noqa: E402
+from helpers import FLEX_PLUGINS, PLUGIN, REPO  # noqa: E402
 
 
 @pytest.fixture
@@ -105,3 +105,12 @@ def plugin_registry(scratch_registries):
   from jformer import config as config_lib
 
   config_lib.import_plugins(str(PLUGIN))
+
+
+@pytest.fixture
+def flex_plugins(scratch_registries):
+  """The registries with the flex plug-ins of tests/plugins/ loaded (`helpers.FLEX_PLUGINS`), dropped after the
+  test."""
+  from jformer import config as config_lib
+
+  config_lib.import_plugins(", ".join(str(path) for path in FLEX_PLUGINS))

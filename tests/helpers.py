@@ -28,6 +28,7 @@ import pytest
 
 from jformer import attention, checkpoint, data, positional, tasks
 from jformer import config as config_lib
+from jformer.attention import flex
 from jformer.decode.translator import init_cache
 from jformer.ops import masks
 from jformer.train import optim
@@ -156,6 +157,19 @@ def decode_step_by_step(model, params, encoded, inputs, targets, encoded_at_step
   return jnp.concatenate(steps, axis=1)
 
 
+def check_packed_rows_equal_separate_examples(model):
+  """A translation `model` on a row of two packed pairs (and padding) gives each pair's logits alone."""
+  xa, ya, xb, yb = tokens(0, (1, 3)), tokens(1, (1, 4)), tokens(2, (1, 4)), tokens(3, (1, 2))
+  params = init(model, xa, ya)
+  apply = jax.jit(model.apply)  # three shapes, each used once: compiling beats running new shapes eagerly.
+  packed = apply(
+      params, jnp.concatenate([xa, xb, jnp.zeros((1, 1), jnp.int32)], 1), jnp.concatenate([ya, yb], 1),
+      inputs_segmentation=jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]]), targets_segmentation=jnp.array([[1] * 4 + [2] * 2]),
+      inputs_positions=jnp.array([[0, 1, 2, 0, 1, 2, 3, 0]]), targets_positions=jnp.array([[0, 1, 2, 3, 0, 1]]))
+  np.testing.assert_allclose(packed[:, :4], apply(params, xa, ya), atol=1e-5)
+  np.testing.assert_allclose(packed[:, 4:], apply(params, xb, yb), atol=1e-5)
+
+
 # ---------------------------------------------------------------------------------------------- attention matrix
 # Every registered attention variant against its reference, forward and gradients, in every setting the model uses
 # (tests/test_attention_variants.py runs it over the registry; tests/test_plugins.py on a plug-in variant).
@@ -247,22 +261,34 @@ def options_of(name):
   return dict(attention.get(name).example_options)
 
 
-def params_of(name, heads):
+def params_of(name, heads, q_len=LENGTH, kv_len=LENGTH):
   """Random (not initial: e.g. `general` starts as the identity) values for the variant's declared parameters,
-  shaped for `heads` query heads."""
+  shaped for `heads` query heads, and for its declared captures (per query head, at `q_len` queries and `kv_len`
+  keys): the keyword arguments `params=` and `captures=` of a call."""
   variant = attention.get(name)
-  if not variant.params:
-    return {}
-  dims = dict(heads=heads, kv_heads=heads, head_dim=DIM, d_model=heads * DIM)
-  shapes = variant.param_shapes(dims, variant.example_options)
-  keys = jax.random.split(jax.random.PRNGKey(23), len(shapes))
-  return {"params": {n: 0.5 * jax.random.normal(key, shapes[n]) for key, n in zip(keys, sorted(shapes))}}
+  extra = {}
+  if variant.params:
+    dims = dict(heads=heads, kv_heads=heads, head_dim=DIM, d_model=heads * DIM)
+    shapes = variant.param_shapes(dims, variant.example_options)
+    keys = jax.random.split(jax.random.PRNGKey(23), len(shapes))
+    extra["params"] = {n: 0.5 * jax.random.normal(key, shapes[n]) for key, n in zip(keys, sorted(shapes))}
+  if variant.captures:
+    draw = lambda seed, length: {n: jax.random.normal(jax.random.fold_in(jax.random.PRNGKey(seed), i),
+                                                      (BATCH, length, heads))
+                                 for i, n in enumerate(sorted(variant.captures))}
+    extra["captures"] = {"q": draw(24, q_len), "kv": draw(25, kv_len)}
+  return extra
 
 
-def visible_rows(q, k, kwargs):
-  """`[B, T]` bool: the queries that see at least one key (others have no defined output)."""
-  masking = {n: x for n, x in kwargs.items() if n not in ("bias", "params", "logits_softcap")}  # window stays
-  mask = masks.attention_mask(q.shape[1], k.shape[1], **masking)
+def visible_rows(q, k, kwargs, name=None):
+  """`[B, T]` bool: the queries that see at least one key (others have no defined output); for a flex variant
+  `name`, with its mask_mod (`flex.visible_keys`)."""
+  variant = None if name is None else attention.get(name)
+  if variant is not None and flex.is_flex(variant):
+    mask = flex.visible_keys(variant, q, k, **kwargs, **variant.example_options)
+  else:
+    masking = {n: x for n, x in kwargs.items() if n not in ("bias", "params", "captures", "logits_softcap")}
+    mask = masks.attention_mask(q.shape[1], k.shape[1], **masking)
   if mask is None:
     return np.ones(q.shape[:2], bool)
   return np.broadcast_to(np.asarray(mask).any((1, 3)), q.shape[:2])
@@ -270,10 +296,10 @@ def visible_rows(q, k, kwargs):
 
 def output_and_grads(fn, q, k, v, kwargs, rows, jit=True):
   """`fn`'s output and the gradients of sum(out * cotangent) over the visible rows wrt q, k, v (and bias, and the
-  variant's parameters); `jit=False` runs them eagerly (for a reference formula, run once: cheaper than compiling
-  it, once JAX's per-op cache holds these shapes)."""
+  variant's parameters and captured values); `jit=False` runs them eagerly (for a reference formula, run once:
+  cheaper than compiling it, once JAX's per-op cache holds these shapes)."""
   cotangent = jax.random.normal(jax.random.PRNGKey(99), q.shape[:3] + v.shape[-1:]) * rows[:, :, None, None]
-  names = [n for n in ("bias", "params") if n in kwargs]
+  names = [n for n in DIFFERENTIABLE if n in kwargs]
   differentiable = (q, k, v) + tuple(kwargs[n] for n in names)
 
   def loss(q, k, v, *extra):
@@ -283,6 +309,10 @@ def output_and_grads(fn, q, k, v, kwargs, rows, jit=True):
   grad_fn = jax.value_and_grad(loss, argnums=tuple(range(len(differentiable))), has_aux=True)
   (_, out), grads = (jax.jit(grad_fn) if jit else grad_fn)(*differentiable)
   return np.asarray(out), grads
+
+
+# The keyword arguments of a variant call that get gradients, besides query, key and value.
+DIFFERENTIABLE = ("bias", "params", "captures")
 
 
 def assert_grads_close(grads, want_grads, names):
@@ -310,15 +340,15 @@ def check_variant_matches_reference(name, setting):
   refusal = variant.refusal(q, k, v, **kwargs)
   if refusal:  # its `limits` (tests/test_attention_kernels.py checks which settings each kernel takes).
     pytest.skip(f"'{name}' refuses this call: {refusal}")
-  kwargs = dict(kwargs, **params_of(name, q.shape[2]))
-  rows = visible_rows(q, k, kwargs)
+  kwargs = dict(kwargs, **params_of(name, q.shape[2], q.shape[1], k.shape[1]))
+  rows = visible_rows(q, k, kwargs, name)
   options = options_of(name)
   out, grads = output_and_grads(functools.partial(variant.fn, **options), q, k, v, kwargs, rows)
   want_out, want_grads = output_and_grads(functools.partial(variant.reference, **options), q, k, v, kwargs, rows,
                                           jit=False)
   assert out.shape == q.shape and np.isfinite(out).all()
   np.testing.assert_allclose(out[rows], want_out[rows], atol=1e-5)
-  assert_grads_close(grads, want_grads, ("query", "key", "value") + tuple(n for n in ("bias", "params") if n in kwargs))
+  assert_grads_close(grads, want_grads, ("query", "key", "value") + tuple(n for n in DIFFERENTIABLE if n in kwargs))
 
 
 def check_decode_steps_match_full_forward(name):
@@ -330,14 +360,17 @@ def check_decode_steps_match_full_forward(name):
   slots = 6
   q, k, v = random_qkv(12, q_len=slots, kv_len=slots, heads=4, kv_heads=2)
   garbage = 100.0 * jax.random.normal(jax.random.PRNGKey(13), k.shape)
-  extra = dict(options_of(name), **params_of(name, q.shape[2]))
+  extra = dict(options_of(name), **params_of(name, q.shape[2], slots, slots))
   fn = functools.partial(variant.fn, **extra)
   filled = lambda x, t: jnp.where((jnp.arange(slots) <= t)[None, :, None, None], x, garbage)
+  # Captured values: the step's own at the query, every slot's at the keys (as the cache keeps them).
+  captured_at = lambda t: {} if "captures" not in extra else {"captures": dict(extra["captures"], q={
+      n: jax.lax.dynamic_slice_in_dim(x, t, 1, axis=1) for n, x in extra["captures"]["q"].items()})}
 
   def decode(q, k, v):
     def step(t):  # one compiled step for all t
       return fn(jax.lax.dynamic_slice_in_dim(q, t, 1, axis=1), filled(k, t), filled(v, t), causal=True,
-                q_positions=jnp.full((BATCH, 1), t), kv_positions=jnp.arange(slots)[None])[:, 0]
+                q_positions=jnp.full((BATCH, 1), t), kv_positions=jnp.arange(slots)[None], **captured_at(t))[:, 0]
 
     return jnp.moveaxis(jax.lax.map(step, jnp.arange(slots)), 0, 1)
 
@@ -358,7 +391,7 @@ def check_undeclared_features_are_refused(name):
       variant.check(needs=case.needs)
     q, k, v, kwargs = case.make()
     with pytest.raises(ValueError, match=f"attention variant '{name}' does not support"):
-      variant.fn(q, k, v, **kwargs, **options_of(name), **params_of(name, q.shape[2]))
+      variant.fn(q, k, v, **kwargs, **options_of(name), **params_of(name, q.shape[2], q.shape[1], k.shape[1]))
   if "dropout" not in variant.supports:
     with pytest.raises(ValueError, match=r"does not support \['dropout'\]"):
       variant.fn(*random_qkv(0), dropout_rate=0.1, dropout_rng=jax.random.PRNGKey(0), **options_of(name),
@@ -369,6 +402,10 @@ def check_undeclared_features_are_refused(name):
 # A plug-in attention variant from outside the package (tests/plugins/), loaded by conftest's `plugin_registry`.
 PLUGIN = REPO / "tests" / "plugins" / "learned_temperature.py"
 PLUGIN_NAME = "learned_temperature"
+# Flex variants from outside the package (loaded by conftest's `flex_plugins`): two from papers, and today's
+# features re-expressed with today's implementations as their references (tests/test_attention_flex.py).
+FLEX_PLUGINS = tuple(REPO / "tests" / "plugins" / f for f in ("learned_alibi.py", "forgetting_transformer.py",
+                                                               "flex_reexpressed.py"))
 
 
 # ---------------------------------------------------------------------------------------------- toy decoders

@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import decode_step_by_step, init, positional_overrides, tiny, tokens
+from helpers import (check_packed_rows_equal_separate_examples, decode_step_by_step, init, positional_overrides,
+                     tiny, tokens)
 from jformer import config as config_lib
 from jformer import attention, positional, tasks
 from jformer.attention import auto
@@ -142,16 +143,7 @@ def test_decoding_projects_the_encoder_output_once():
 
 @pytest.mark.integration  # moved out of the fast tier (README command 2 within 5 minutes on 2 cores).
 def test_packed_rows_equal_separate_examples():
-  model = tiny(**{"model.positional": "rotary"})
-  xa, ya, xb, yb = tokens(0, (1, 3)), tokens(1, (1, 4)), tokens(2, (1, 4)), tokens(3, (1, 2))
-  params = init(model, xa, ya)
-  apply = jax.jit(model.apply)  # three shapes, each used once: compiling beats running new shapes eagerly.
-  packed = apply(
-      params, jnp.concatenate([xa, xb, jnp.zeros((1, 1), jnp.int32)], 1), jnp.concatenate([ya, yb], 1),
-      inputs_segmentation=jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]]), targets_segmentation=jnp.array([[1] * 4 + [2] * 2]),
-      inputs_positions=jnp.array([[0, 1, 2, 0, 1, 2, 3, 0]]), targets_positions=jnp.array([[0, 1, 2, 3, 0, 1]]))
-  np.testing.assert_allclose(packed[:, :4], apply(params, xa, ya), atol=1e-5)
-  np.testing.assert_allclose(packed[:, 4:], apply(params, xb, yb), atol=1e-5)
+  check_packed_rows_equal_separate_examples(tiny(**{"model.positional": "rotary"}))
 
 
 def test_dropout_is_active_only_when_not_deterministic():

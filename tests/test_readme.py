@@ -33,3 +33,11 @@ def test_every_path_readme_names_exists():
       continue
     assert (REPO / path).exists(), f"README.md names {path}, which does not exist"
   assert len(linked) >= 5 and len(named) >= 10  # the patterns still find README's links and paths.
+
+
+def test_the_flex_example_is_the_plug_in_the_tests_train():
+  """The five-line flex variant of "Extending jformer" is tests/plugins/learned_alibi.py's (tests/test_flex_plugins.py
+  trains it and grades it)."""
+  block = README.split("`tests/plugins/learned_alibi.py`, outside the package:\n\n```python\n", 1)[1].split("```", 1)[0]
+  plugin = (REPO / "tests" / "plugins" / "learned_alibi.py").read_text().splitlines()
+  assert [line for line in block.splitlines() if line] == [line for line in plugin if line][-4:]

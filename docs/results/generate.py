@@ -208,6 +208,12 @@ CAPTIONS = {
                                 "`greedy` is its beam search with one beam (it has no other). jformer's and the "
                                 "example's decoding of one dtype and method take turns of 5 calls, two rounds "
                                 "(`common.time_in_rounds`).",
+    "attention_flex.json": "Flex variants (`jformer.attention.flex`) beside the hand-written paths, causal, at 2,048 "
+                           "and 8,192 tokens: `flex_alibi` (ALiBi as a score_mod, evaluated on each block) beside "
+                           "`chunked+alibi` (the `alibi` encoding's bias `[1, H, T, S]` given to `chunked`), "
+                           "`flex_window` (a window of 128 as a mask_mod function, evaluated on the blocks it partly "
+                           "masks) beside `local` (the window as data); `dot_product` and `dot_product+alibi` are the "
+                           "dense references. x beside = the flex row over its hand-written path.",
     "attention_window.json": "A sliding window as data: `local` with a window of 128 (run by `auto` on CPU as "
                              "`chunked` with `window=(127, 127)`, skipping the blocks outside it) against `chunked` "
                              "without a window and the dense reference, causal, at 2,048 and 8,192 tokens.",
@@ -309,11 +315,12 @@ spent blocked in `next()`.
 
 def attention_section(path: str, data: dict) -> str:
   rows = data["rows"]
-  reference = {r["length"]: r for r in rows if r["variant"] == "dot_product"}
+  at = {(r["variant"], r["length"]): r for r in rows}
+  beside = any("beside" in r for r in rows)  # flex rows timed beside a hand-written path (`BESIDE` of the script)
 
-  def ratio(r, key, digits):
-    ref = reference.get(r["length"])
-    if not ref or not ref.get(key) or not r.get(key) or r["status"] != "ok":
+  def ratio(r, key, digits, of="dot_product"):
+    ref = at.get((of, r["length"]))
+    if not ref or not ref.get(key) or not r.get(key) or r["status"] != "ok" or ref["status"] != "ok":
       return "-"
     return f"{r[key] / ref[key]:.{digits}f}"
 
@@ -324,11 +331,15 @@ def attention_section(path: str, data: dict) -> str:
   facts = (f"Backend {data['backend']}, batch {data['batch']}, {data['heads']} heads, head_dim {data['head_dim']}, "
            "causal self-attention, float32; options beyond each variant's defaults: "
            + (json.dumps(options, sort_keys=True) if options else "none") + ".")
-  body = table(["variant", "length", "fwd+bwd ms (median)", "min ms", "x ref time", "temp MiB", "x ref memory",
-                "compile s"],
+  hand_written = ["beside", "x beside time", "x beside memory"] if beside else []
+  body = table(["variant", "length", "fwd+bwd ms (median)", "min ms", "x ref time", "temp MiB", "x ref memory"]
+               + hand_written + ["compile s"],
                [[r["variant"], r["length"], ms(r, "ms"), ms(r, "min_ms"), ratio(r, "ms", 2),
-                 fixed(r["temp_mib"], 1), ratio(r, "temp_mib", 3), fixed(r["compile_s"], 2)] for r in rows],
-               "lrrrrrrr")
+                 fixed(r["temp_mib"], 1), ratio(r, "temp_mib", 3)]
+                + ([r.get("beside", "-"), ratio(r, "ms", 2, r.get("beside")), ratio(r, "temp_mib", 3, r.get("beside"))]
+                   if beside else [])
+                + [fixed(r["compile_s"], 2)] for r in rows],
+               "lrrrrrr" + "lrr" * beside + "r")
   return paragraphs(provenance(path, data), facts, body)
 
 

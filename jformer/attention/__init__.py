@@ -34,7 +34,10 @@ logged, where none can. A kernel that runs per device on a mesh takes a `mesh` a
 To add one: one file here (or a file of your own, `--config.imports=`) with `@register("name", supports={...},
 weights=...)` on a function of the signature above (its extra keyword-only parameters are its options;
 `weights=` its attention weights: `softmax_weights` for softmax attention; or `reference=` its explicit formula
-when it has no weights), and its test. Every module of this package is imported below, so nothing else is edited;
+when it has no weights), and its test. Most softmax variants are shorter as flex mods, `flex.register("name",
+score_mod=..., mask_mod=...)` (`jformer.attention.flex`). A variant may read learned parameters (`params=`, passed
+as `params={name: array}`) and per-token tensors the model computes from the layer input (`captures=`, passed as
+`captures={"q": {...}, "kv": {...}}`, `jformer.attention.capture`). Every module of this package is imported below, so nothing else is edited;
 tests/test_attention_variants.py runs every registered variant against its reference in every setting it
 declares.
 """
@@ -42,6 +45,7 @@ declares.
 import importlib
 import pkgutil
 
+from jformer.attention.capture import Capture
 from jformer.attention.registry import (FEATURES, REGISTRY, AttentionVariant, available, get, kernels, register,
                                         repeat_kv, softmax_weights)
 
@@ -49,5 +53,5 @@ from jformer.attention.registry import (FEATURES, REGISTRY, AttentionVariant, av
 for _module in pkgutil.iter_modules(__path__):
   importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["FEATURES", "REGISTRY", "AttentionVariant", "available", "get", "kernels", "register", "repeat_kv",
-           "softmax_weights"]
+__all__ = ["FEATURES", "REGISTRY", "AttentionVariant", "Capture", "available", "get", "kernels", "register",
+           "repeat_kv", "softmax_weights"]

@@ -92,15 +92,25 @@ def auto(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=
   message = (f"attention 'auto' on {backend}, {query.dtype}, T={query.shape[1]} S={key.shape[1]} "
              f"H={query.shape[2]} K={key.shape[2]} D={query.shape[3]}, "
              f"{'+'.join(sorted(requested_features(**masking))) or 'no masking'}: {choice.describe()}")
+  log_once(message)
+  return _run(choice, query, key, value, masking, mesh)
+
+
+def log_once(message: str) -> None:
+  """Logs `message` (absl, INFO) the first time this process sees it: each distinct choice of a kernel, one line."""
   if message not in _LOGGED:
     _LOGGED.add(message)
     logging.info(message)
-  return _run(choice, query, key, value, masking, mesh)
 
 
 def _backend() -> str:
   """JAX's backend (a function of its own, so a test can pretend to be on another one)."""
   return jax.default_backend()
+
+
+def backend() -> str:
+  """The backend `auto` chooses for (JAX's, or the one a test pretends to be on)."""
+  return _backend()
 
 
 def _run(choice: Choice, query, key, value, masking, mesh):

@@ -12,6 +12,8 @@ from typing import Any, Callable, Mapping
 import jax
 import jax.numpy as jnp
 
+from jformer.attention import capture as capture_lib
+from jformer.attention.capture import Capture
 from jformer.attention.decode_state import FULL, DecodeState
 from jformer.ops.attention import dot_product_weights, repeat_kv
 from jformer.ops.masks import attention_mask
@@ -41,9 +43,9 @@ SIGNATURE = dict(MASKING, dropout_rate=0.0, dropout_rng=None, logits_softcap=0.0
 # before the feature existed keep their signature, and a call asking for the feature is refused by them as usual.
 FEATURE_ARGUMENTS = {"logits_softcap": "softcap", "window": "window"}
 
-# Keyword arguments a variant function may take that are not options: its declared parameters, and the mesh a
-# kernel runs per device on (`jformer.axes.Placement`, or None).
-RESERVED = ("params", "mesh")
+# Keyword arguments a variant function may take that are not options: its declared parameters and captured
+# per-token tensors, and the mesh a kernel runs per device on (`jformer.axes.Placement`, or None).
+RESERVED = ("params", "captures", "mesh")
 
 # The model dimensions a parameter shape may name (besides the variant's options).
 MODEL_DIMS = ("heads", "kv_heads", "head_dim", "d_model")
@@ -77,6 +79,8 @@ class AttentionVariant:
     option_types: {option name: int, float or None}: an int option takes a positive int (sizes, windows,
       chunks), a float option a number; from the default, or the annotation of a required option.
     params: {name: Param}: the learned parameters it reads (`params=` argument); MultiHeadAttention creates them.
+    captures: {name: Capture}: the per-token tensors it reads (`captures=` argument), which MultiHeadAttention
+      computes from the layer's input (`jformer.attention.capture`).
     weights: `weights(query, key, **masking, [params=...], **options) -> [B, H, T, S]`, the attention weights it
       applies to the values (attention maps, and the reference below), or None if it has none.
     reference: `reference(query, key, value, **signature, [params=...], **options)`, the explicit formula the
@@ -93,6 +97,9 @@ class AttentionVariant:
       None for a variant `auto` never picks.
     decode_state: what it keeps between decode steps (`jformer.attention.decode_state`): every key and value
       (FULL), those of a window, or a recurrent state of its own.
+    reads_positions: it reads absolute positions (a flex variant's own functions may), so the model passes them
+      even where the index and the segment ids imply its masking (packed training rows), where it drops them for
+      the others so that the library kernels take the call.
   """
   name: str
   fn: Callable
@@ -108,6 +115,8 @@ class AttentionVariant:
   limits: Callable | None = None
   auto_priority: int | None = None
   decode_state: DecodeState = FULL
+  captures: Mapping[str, Capture] = dataclasses.field(default_factory=dict)
+  reads_positions: bool = False
 
   @property
   def required_options(self) -> tuple[str, ...]:
@@ -167,14 +176,16 @@ class AttentionVariant:
 def _details(variant: AttentionVariant) -> str:
   kernel = f"; a kernel for {', '.join(sorted(variant.platforms))}" if variant.auto_priority is not None else ""
   maps = "" if variant.weights else " (no attention weights)"
-  return f"supports: {', '.join(sorted(variant.supports))}{maps}{kernel}"
+  captures = f"; captures {', '.join(sorted(variant.captures))}" if variant.captures else ""
+  return f"supports: {', '.join(sorted(variant.supports))}{maps}{kernel}{captures}"
 
 
 def _declare(name: str, fn: Callable, *, supports, params: Mapping[str, Param] | None = None,
              weights: Callable | None = None, reference: Callable | None = None,
              example_options: Mapping[str, Any] | None = None, doc: str = "", platforms=None,
              limits: Callable | None = None, auto_priority: int | None = None,
-             decode_state: DecodeState = FULL) -> AttentionVariant:
+             decode_state: DecodeState = FULL, captures: Mapping[str, Capture] | None = None,
+             reads_positions: bool = False) -> AttentionVariant:
   """The entry of a variant registered with `register` (checks its declaration against its function)."""
   unknown = set(supports) - set(FEATURES)
   if unknown:
@@ -189,16 +200,21 @@ def _declare(name: str, fn: Callable, *, supports, params: Mapping[str, Param] |
   if lacking:
     raise ValueError(f"attention variant '{name}' must accept the keyword arguments {lacking} (the one "
                      "signature, see jformer/attention/__init__.py)")
-  if bool(params) != ("params" in parameters):
-    raise ValueError(f"attention variant '{name}': a function declaring params= must take a `params` keyword "
-                     "argument, and only then")
+  captures = dict(captures or {})
+  for argument, declared in (("params", params), ("captures", captures)):
+    if bool(declared) != (argument in parameters):
+      raise ValueError(f"attention variant '{name}': a function declaring {argument}= must take a `{argument}` "
+                       "keyword argument, and only then")
+  if not all(isinstance(c, Capture) for c in captures.values()):
+    raise ValueError(f"attention variant '{name}': captures= maps names to jformer.attention.Capture(fn)")
   option_parameters = [p for p in parameters.values()
                        if p.kind == p.KEYWORD_ONLY and p.name not in SIGNATURE and p.name not in RESERVED]
   options = {p.name: p.default for p in option_parameters}
   types = {p.name: option_type(p) for p in option_parameters}
   declared = frozenset(supports)
   decode_state.check(name, declared, options)
-  guard = functools.partial(_guarded, name, declared, params, options, types, limits, "mesh" in parameters)
+  guard = functools.partial(_guarded, name, declared, params, captures, options, types, limits,
+                            "mesh" in parameters)
   examples = dict(example_options or {})
   try:
     _check_options(name, options, types, examples)
@@ -215,7 +231,7 @@ def _declare(name: str, fn: Callable, *, supports, params: Mapping[str, Param] |
       reference=guard(reference or _weighted_values(weights), repeat=False, limited=False),
       example_options=examples, doc=doc or first_line(fn.__doc__),
       platforms=None if platforms is None else frozenset(platforms), limits=limits, auto_priority=auto_priority,
-      decode_state=decode_state)
+      decode_state=decode_state, captures=captures, reads_positions=reads_positions)
 
 
 REGISTRY: Registry[AttentionVariant] = Registry("attention variant", declare=_declare, details=_details)
@@ -224,11 +240,13 @@ REGISTRY: Registry[AttentionVariant] = Registry("attention variant", declare=_de
 def register(name: str, *, supports, params: Mapping[str, Param] | None = None, weights: Callable | None = None,
              reference: Callable | None = None, example_options: Mapping[str, Any] | None = None, doc: str = "",
              platforms=None, limits: Callable | None = None, auto_priority: int | None = None,
-             decode_state: DecodeState = FULL):
+             decode_state: DecodeState = FULL, captures: Mapping[str, Capture] | None = None,
+             reads_positions: bool = False):
   """Decorator: `@register("my_variant", supports={"causal", "segment_ids"}, weights=...)` above the function.
 
   The function takes the full signature, by name or as `**masking` (and `params` when it declares parameters,
-  `mesh` when it runs per device on a mesh: a `jformer.axes.Placement` or None); its extra keyword-only
+  `captures` when it declares captures, `mesh` when it runs per device on a mesh: a `jformer.axes.Placement` or
+  None); its extra keyword-only
   parameters are its options (from `model.attention_options`), required when they have no default; an int
   option takes a positive int, a float option a number. It only sees the features it declares: a call asking
   for another one is refused, with the feature named.
@@ -249,10 +267,15 @@ def register(name: str, *, supports, params: Mapping[str, Param] | None = None, 
       express a call runs it (`jformer.attention.auto`). None: `auto` never picks it.
     decode_state: what it keeps between decode steps (`jformer.attention.decode_state`): FULL (default), or
       `window("window_size")`, or `recurrent(init, step)`.
+    captures: {name: `jformer.attention.Capture`}: per-token tensors the model computes from the layer input and
+      passes as `captures={"q": {name: [B, T, H]}, "kv": {name: [B, S, H]}}` (`jformer.attention.capture`).
+    reads_positions: the function reads absolute positions, so the model passes them for packed rows too
+      (`AttentionVariant.reads_positions`).
   """
   return REGISTRY.register(name, origin=caller(), supports=supports, params=params, weights=weights,
                            reference=reference, example_options=example_options, doc=doc, platforms=platforms,
-                           limits=limits, auto_priority=auto_priority, decode_state=decode_state)
+                           limits=limits, auto_priority=auto_priority, decode_state=decode_state, captures=captures,
+                           reads_positions=reads_positions)
 
 
 def get(name: str) -> AttentionVariant:
@@ -313,11 +336,12 @@ def check_shapes(name: str, query: jax.Array, key: jax.Array, value: jax.Array |
                      "[batch, length, heads], and the query heads must be a multiple of the key/value heads")
 
 
-def _guarded(name: str, declared: frozenset, params: Mapping[str, Param], options: Mapping[str, Any],
-             option_types: Mapping[str, type | None], limits: Callable | None, takes_mesh: bool, fn: Callable, *,
-             repeat: bool = True, limited: bool = True) -> Callable:
+def _guarded(name: str, declared: frozenset, params: Mapping[str, Param], captures: Mapping[str, Capture],
+             options: Mapping[str, Any], option_types: Mapping[str, type | None], limits: Callable | None,
+             takes_mesh: bool, fn: Callable, *, repeat: bool = True, limited: bool = True) -> Callable:
   """`fn(query, key, [value,] **kwargs)` behind the checks every variant shares: shapes, segment ids given in
-  pairs, the refusal of undeclared features, option types, the declared parameters, the variant's `limits`
+  pairs, the refusal of undeclared features, option types, the declared parameters and captures, the variant's
+  `limits`
   (`limited`; not for its weights/reference functions, plain JAX); key/value heads repeated for a variant that
   does not declare "gqa" (`repeat`; weights/reference functions always get H heads). A `mesh=` argument reaches
   `fn` only when its variant function takes one (`takes_mesh`, and not its weights/reference functions)."""
@@ -343,6 +367,8 @@ def _guarded(name: str, declared: frozenset, params: Mapping[str, Param], option
     if params and (given is None or set(given) != set(params)):
       raise ValueError(f"attention variant '{name}' needs params={{{', '.join(sorted(params))}}} (its declared "
                        f"parameters), got {None if given is None else sorted(given)}")
+    if captures:
+      capture_lib.check(name, captures, kwargs.get("captures"), query, key)
     _check_options(name, options, option_types, {k: v for k, v in kwargs.items() if k not in RESERVED})
     reason = limits(query, key, value[0] if value else key, **arguments) if limits and limited else None
     if reason:

@@ -15,10 +15,11 @@ import jax.numpy as jnp
 from jformer import axes
 from jformer.attention import decode_state as decode_state_lib
 from jformer.attention import repeat_kv
-from jformer.models import norms, plugin_params
+from jformer.models import captures, norms, plugin_params
 from jformer.models.config import TransformerConfig
 from jformer.ops import dropout as dropout_op
 from jformer.ops import matmul
+from jformer.ops.masks import segment_positions
 
 
 def logical(init, *axes):
@@ -206,7 +207,10 @@ class MultiHeadAttention(nn.Module):
   evaluation, packed or not) is masked by index: packed positions count up by one with the index inside each
   example (`jformer.data` packing), so causal or windowed masking by index equals masking by position there,
   and the segment ids hide the other examples' keys. Rotary and bias encodings still get the positions. So the
-  library kernels, which mask by index only, take packed causal training.
+  library kernels, which mask by index only, take packed causal training. A variant that reads absolute positions
+  (`reads_positions`: a flex variant's functions) gets them there too, and in encoder-decoder attention each
+  token's position in its own example (the step while decoding); one that declares captures gets them computed
+  from the inputs (`jformer.models.captures`).
   """
   config: TransformerConfig
   causal: bool = False
@@ -247,8 +251,12 @@ class MultiHeadAttention(nn.Module):
       key_BxSxGxK, value_BxSxGxK = self._cross_attention_cache(project_kv)
     else:
       key_BxSxGxK, value_BxSxGxK = project_kv()
-    if decode and inputs_kv_BxSxD is None:
+    reads_positions = cfg.attention_variant.reads_positions
+    if decode and (inputs_kv_BxSxD is None or reads_positions):
       q_positions = decode_step_positions(self, *inputs_q_BxTxD.shape[:2])
+    elif inputs_kv_BxSxD is not None and reads_positions:  # each token's position in its own example
+      q_positions, kv_positions = (None if ids is None else segment_positions(ids)
+                                   for ids in (q_segment_ids, kv_segment_ids))
     if self.rotary or self.position_bias is not None:
       q_positions = _default_positions(q_positions, query_BxTxHxK)
       kv_positions = q_positions if inputs_kv_BxSxD is None else _default_positions(kv_positions, key_BxSxGxK)
@@ -266,7 +274,7 @@ class MultiHeadAttention(nn.Module):
       elif state is not None:
         key_BxSxGxK, value_BxSxGxK, kv_positions = self._update_cache(key_BxSxGxK, value_BxSxGxK, q_positions)
       bias = None if self.position_bias is None else self.position_bias(q_positions, kv_positions)
-      if inputs_kv_BxSxD is None and not decode and q_segment_ids is not None:
+      if inputs_kv_BxSxD is None and not decode and q_segment_ids is not None and not reads_positions:
         q_positions = kv_positions = None  # implied by index and segments (class doc): the kernels take the call.
       masking = dict(causal=self.causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
                      q_positions=q_positions, kv_positions=kv_positions, bias=bias)
@@ -275,6 +283,9 @@ class MultiHeadAttention(nn.Module):
       if variant.params:
         masking["params"] = plugin_params.DeclaredParams(variant.params, cfg.attention_param_dims,
                                                          name=variant.name)()
+      if variant.captures:
+        masking["captures"] = captures.compute(self, variant, options, masking, inputs_q_BxTxD, inputs_kv_BxSxD,
+                                               decode=decode, state=state)
       dropout_rng = None
       if not deterministic and cfg.attention_dropout_rate > 0:
         dropout_rng = self.make_rng("dropout")
@@ -287,9 +298,9 @@ class MultiHeadAttention(nn.Module):
     out = Dense((cfg.num_heads, cfg.head_dim), (cfg.d_model,), (axes.HEADS, axes.HEAD_DIM, axes.EMBED),
                 cfg.compute_dtype, cfg.use_bias, name="out")
     if self.teacher is not None and self.is_mutable_collection(TRANSFER) and not self.is_initializing():
-      masking.pop("params", None)
+      own = {name: value for name, value in masking.items() if name not in ("params", "captures")}  # the student's.
       teacher_BxTxHxK = self.teacher.attention_variant.fn(
-          query_BxTxHxK, key_BxSxGxK, value_BxSxGxK, **masking, **dict(self.teacher.attention_options),
+          query_BxTxHxK, key_BxSxGxK, value_BxSxGxK, **own, **dict(self.teacher.attention_options),
           dropout_rate=0.0, dropout_rng=None, mesh=self.mesh)
       return transfer_output(self, out(out_BxTxHxK), out(teacher_BxTxHxK), q_segment_ids)
     return out(out_BxTxHxK)

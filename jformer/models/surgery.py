@@ -32,9 +32,9 @@ def transfer_problem(model_config: TransformerConfig, steps: int) -> str | None:
   if not learned_replacements(model_config):
     return (f"train.attention_transfer trains the parameters the new attention owns, and {replaced} own none: use "
             "one that learns (e.g. hedgehog's feature maps), or train.attention_transfer=0 to fine-tune directly")
-  if model_config.attention_variant.params:
-    return (f"the model's own attention '{model_config.attention}' learns parameters the converted layers no longer "
-            "have, so it cannot be their teacher")
+  if model_config.attention_variant.params or model_config.attention_variant.captures:
+    return (f"the model's own attention '{model_config.attention}' reads parameters or captured tensors the "
+            "converted layers no longer have, so it cannot be their teacher")
   if model_config.scan_layers:
     return "train.attention_transfer needs model.scan_layers=False (the teacher's outputs are sown per layer)"
   return None

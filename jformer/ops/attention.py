@@ -5,6 +5,8 @@ Shapes use B=batch, T=query length, S=key/value length, H=heads, D=head dim.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import jax
 import jax.numpy as jnp
 
@@ -60,13 +62,15 @@ def dot_product_attention(
 
 
 def dot_product_weights(query: jax.Array, key: jax.Array, *, mask: jax.Array | None = None,
-                        bias: jax.Array | None = None, scale: float | None = None, softcap: float = 0.0) -> jax.Array:
-  """The attention weights softmax(cap(Q K^T * scale) + bias) over the keys the mask allows (paper eq. 1; cap is
-  the soft-cap, the identity when `softcap` is 0).
+                        bias: jax.Array | None = None, scale: float | None = None, softcap: float = 0.0,
+                        score_mod: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
+  """The attention weights softmax(mod(cap(Q K^T * scale)) + bias) over the keys the mask allows (paper eq. 1; cap
+  is the soft-cap, the identity when `softcap` is 0; mod is `score_mod`, the identity when None).
 
   Args:
     query `[B, T, H, D]`, key `[B, S, K, D]` (H % K == 0); mask, bias, scale, softcap: as in
-    `dot_product_attention`.
+    `dot_product_attention`. score_mod: `[B, H, T, S]` float32 logits -> logits broadcastable to them (a flex
+    variant's, `jformer.attention.flex`).
 
   Returns:
     `[B, H, T, S]` float32; a query whose keys are all masked gets uniform weights.
@@ -76,6 +80,8 @@ def dot_product_weights(query: jax.Array, key: jax.Array, *, mask: jax.Array | N
   key = repeat_kv(key, query.shape[2])
   logits_BxHxTxS = jnp.einsum("bthd,bshd->bhts", query * jnp.asarray(scale, query.dtype), key)
   logits_BxHxTxS = soft_cap(logits_BxHxTxS.astype(jnp.float32), softcap)
+  if score_mod is not None:
+    logits_BxHxTxS = jnp.broadcast_to(score_mod(logits_BxHxTxS), logits_BxHxTxS.shape).astype(jnp.float32)
   if bias is not None:
     logits_BxHxTxS = logits_BxHxTxS + bias.astype(jnp.float32)
   if mask is not None:

@@ -110,6 +110,15 @@ def visible_keys(q_segment_ids: jax.Array, kv_segment_ids: jax.Array, q_position
   return visible
 
 
+def segment_positions(segment_ids_BxL: jax.Array) -> jax.Array:
+  """Each token's position in its own example of a packed row: its index minus that of the first token of its run
+  of equal segment ids (examples are contiguous in a row, `jformer.data` packing), `[B, L]` int32."""
+  ids = jnp.asarray(segment_ids_BxL)
+  index = jnp.broadcast_to(jnp.arange(ids.shape[1], dtype=jnp.int32), ids.shape)
+  starts = jnp.concatenate([jnp.ones_like(ids[:, :1], bool), ids[:, 1:] != ids[:, :-1]], axis=1)
+  return index - jax.lax.cummax(jnp.where(starts, index, 0), axis=1)
+
+
 def combine_masks(*masks: jax.Array | None) -> jax.Array | None:
   """Logical AND of the given masks (None entries are ignored); None when all are None."""
   present = [m for m in masks if m is not None]
