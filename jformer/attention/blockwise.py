@@ -230,6 +230,9 @@ def _backward(blocks, score, residuals, dout):
 
 
 _attend.defvjp(_attend_forward, _backward)
+# The backward pass from given residuals, for engines that run the passes block by block with their own merging
+# (`jformer.attention.context_parallel`'s ring: the merged output and log-sum-exp of all blocks).
+backward = _backward
 
 
 def _visible(blocks: Blocks, visibility: Visibility, mask, i, j, kv_heads: int) -> jax.Array:

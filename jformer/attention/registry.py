@@ -7,11 +7,12 @@ import dataclasses
 import functools
 import inspect
 import numbers
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from jformer.attention import context_parallel
 from jformer.attention.decode_state import FULL, DecodeState
 from jformer.ops.attention import dot_product_weights, repeat_kv
 from jformer.ops.masks import attention_mask
@@ -93,6 +94,8 @@ class AttentionVariant:
       None for a variant `auto` never picks.
     decode_state: what it keeps between decode steps (`jformer.attention.decode_state`): every key and value
       (FULL), those of a window, or a recurrent state of its own.
+    splits_sequence: its function takes the `mesh` and runs a sequence split over it itself (`splash`; `auto` and
+      `local` pass the mesh to the kernel they run); the others run there under `context_parallel`.
   """
   name: str
   fn: Callable
@@ -108,6 +111,7 @@ class AttentionVariant:
   limits: Callable | None = None
   auto_priority: int | None = None
   decode_state: DecodeState = FULL
+  splits_sequence: bool = False
 
   @property
   def required_options(self) -> tuple[str, ...]:
@@ -173,7 +177,7 @@ def _declare(name: str, fn: Callable, *, supports, params: Mapping[str, Param] |
              weights: Callable | None = None, reference: Callable | None = None,
              example_options: Mapping[str, Any] | None = None, doc: str = "", platforms=None,
              limits: Callable | None = None, auto_priority: int | None = None,
-             decode_state: DecodeState = FULL) -> AttentionVariant:
+             decode_state: DecodeState = FULL, splits_sequence: bool = False) -> AttentionVariant:
   """The entry of a variant registered with `register` (checks its declaration against its function)."""
   unknown = set(supports) - set(FEATURES)
   if unknown:
@@ -197,7 +201,11 @@ def _declare(name: str, fn: Callable, *, supports, params: Mapping[str, Param] |
   types = {p.name: option_type(p) for p in option_parameters}
   declared = frozenset(supports)
   decode_state.check(name, declared, options)
-  guard = functools.partial(_guarded, name, declared, params, options, types, limits, "mesh" in parameters)
+  if splits_sequence and "mesh" not in parameters:
+    raise ValueError(f"attention variant '{name}': splits_sequence=True runs a split sequence on the `mesh` its "
+                     "function takes, so it needs a `mesh` keyword argument")
+  split = _SplitSupport(splits_sequence, weights is softmax_weights and not params)
+  guard = functools.partial(_guarded, name, declared, params, options, types, limits, "mesh" in parameters, split)
   examples = dict(example_options or {})
   try:
     _check_options(name, options, types, examples)
@@ -214,7 +222,7 @@ def _declare(name: str, fn: Callable, *, supports, params: Mapping[str, Param] |
       reference=guard(reference or _weighted_values(weights), repeat=False, limited=False),
       example_options=examples, doc=doc or first_line(fn.__doc__),
       platforms=None if platforms is None else frozenset(platforms), limits=limits, auto_priority=auto_priority,
-      decode_state=decode_state)
+      decode_state=decode_state, splits_sequence=splits_sequence)
 
 
 REGISTRY: Registry[AttentionVariant] = Registry("attention variant", declare=_declare, details=_details)
@@ -223,7 +231,7 @@ REGISTRY: Registry[AttentionVariant] = Registry("attention variant", declare=_de
 def register(name: str, *, supports, params: Mapping[str, Param] | None = None, weights: Callable | None = None,
              reference: Callable | None = None, example_options: Mapping[str, Any] | None = None, doc: str = "",
              platforms=None, limits: Callable | None = None, auto_priority: int | None = None,
-             decode_state: DecodeState = FULL):
+             decode_state: DecodeState = FULL, splits_sequence: bool = False):
   """Decorator: `@register("my_variant", supports={"causal", "segment_ids"}, weights=...)` above the function.
 
   The function takes the full signature, by name or as `**masking` (and `params` when it declares parameters,
@@ -248,10 +256,13 @@ def register(name: str, *, supports, params: Mapping[str, Param] | None = None, 
       express a call runs it (`jformer.attention.auto`). None: `auto` never picks it.
     decode_state: what it keeps between decode steps (`jformer.attention.decode_state`): FULL (default), or
       `window("window_size")`, or `recurrent(init, step)`.
+    splits_sequence: its function (which takes `mesh`) runs a sequence split over the mesh's `sequence` axis itself;
+      default False: such calls run under `jformer.attention.context_parallel` (module doc there).
   """
   return REGISTRY.register(name, origin=caller(), supports=supports, params=params, weights=weights,
                            reference=reference, example_options=example_options, doc=doc, platforms=platforms,
-                           limits=limits, auto_priority=auto_priority, decode_state=decode_state)
+                           limits=limits, auto_priority=auto_priority, decode_state=decode_state,
+                           splits_sequence=splits_sequence)
 
 
 def get(name: str) -> AttentionVariant:
@@ -312,14 +323,23 @@ def check_shapes(name: str, query: jax.Array, key: jax.Array, value: jax.Array |
                      "[batch, length, heads], and the query heads must be a multiple of the key/value heads")
 
 
+class _SplitSupport(NamedTuple):
+  """How a variant takes a sequence split over the mesh (`context_parallel`): whether its function runs the split
+  itself (`AttentionVariant.splits_sequence`), whether it is softmax attention (the ring computes only that)."""
+  itself: bool
+  softmax: bool
+
+
 def _guarded(name: str, declared: frozenset, params: Mapping[str, Param], options: Mapping[str, Any],
-             option_types: Mapping[str, type | None], limits: Callable | None, takes_mesh: bool, fn: Callable, *,
-             repeat: bool = True, limited: bool = True) -> Callable:
+             option_types: Mapping[str, type | None], limits: Callable | None, takes_mesh: bool,
+             split: _SplitSupport, fn: Callable, *, repeat: bool = True, limited: bool = True) -> Callable:
   """`fn(query, key, [value,] **kwargs)` behind the checks every variant shares: shapes, segment ids given in
   pairs, the refusal of undeclared features, option types, the declared parameters, the variant's `limits`
   (`limited`; not for its weights/reference functions, plain JAX); key/value heads repeated for a variant that
   does not declare "gqa" (`repeat`; weights/reference functions always get H heads). A `mesh=` argument reaches
-  `fn` only when its variant function takes one (`takes_mesh`, and not its weights/reference functions)."""
+  `fn` only when its variant function takes one (`takes_mesh`, and not its weights/reference functions); when
+  the mesh splits the call's tokens, `fn` runs under `context_parallel` unless it runs the split itself (`split`;
+  a softmax variant always runs the ring there)."""
 
   @functools.wraps(fn)
   def call(query, key, *value, mesh=None, **kwargs):
@@ -349,6 +369,10 @@ def _guarded(name: str, declared: frozenset, params: Mapping[str, Param], option
                        f"{available()}), or 'auto', which falls back by itself.")
     if "gqa" not in declared or not repeat:
       key, *value = (repeat_kv(x, query.shape[2]) for x in (key, *value))
+    how = context_parallel.split(mesh, query, key, causal=arguments.get("causal", False)) if limited else None
+    if how is not None and (not split.itself or (how.ring and split.softmax)):
+      return context_parallel.attend(name, how, fn, query, key, value[0], arguments, kwargs,
+                                     positions="positions" in declared, softmax=split.softmax)
     return fn(query, key, *value, **arguments, **kwargs)
 
   return call
