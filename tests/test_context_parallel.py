@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from helpers import make_parallel_runner, parallel_batch
+from helpers import REPO, make_parallel_runner, parallel_batch
 from jformer import attention, axes
 from jformer.attention import context_parallel
 from jformer.attention.registry import REGISTRY, register, softmax_weights
@@ -196,3 +196,25 @@ def test_train_step_with_a_sequence_axis_equals_one_device(strategy, monkeypatch
     np.testing.assert_allclose(got, want, atol=1e-5)
   with pytest.raises(ValueError, match="rows of 18 tokens are not divisible by parallel.sequence = 4"):
     runner.shard_batch({k: np.zeros((16, 18), np.int32) for k in ("inputs", "targets")})
+
+
+@pytest.mark.integration  # a model trained from the command line (~1 min of compiling on 2 cores).
+@pytest.mark.parametrize("strategy", axes.CONTEXT_STRATEGIES)
+def test_long_context_config_trains_from_the_cli_on_a_sequence_axis(strategy, text_corpus, tmp_path, capsys):
+  """configs/lm_long.py (shrunk: rows of 64 tokens, not 16,384) trains 3 steps on the 8 devices' sequence axis,
+  each holding 8 tokens of every row, and reports its test bits per byte."""
+  from jformer import config as config_lib
+  from jformer import main
+
+  config_file = REPO / "configs" / "lm_long.py"
+  small = {"data.path": text_corpus, "data.data_dir": text_corpus.parent / "tfds", "data.max_length": 64,
+           "model.vocab_size": 400, "model.d_model": 32, "model.d_ff": 64, "model.max_length": 64,
+           "optimizer.warmup_steps": 10, "train.steps": 3, "train.log_every": 1, "train.eval_every": 3,
+           "train.checkpoint_every": 3, "train.eval_lengths": "(64,)", "parallel.context_strategy": strategy}
+  main.main(["train", f"--config={config_file}", f"--workdir={tmp_path / 'run'}",
+             *(f"--config.{key}={value}" for key, value in small.items())])
+  out = capsys.readouterr().out
+  assert "mesh (data=1, fsdp=1, sequence=8, tensor=1) over 8 cpu devices" in out, out[-2000:]
+  assert "step      3/3 |" in out and "test bits per byte" in out, out[-2000:]
+  config = config_lib.load(config_file)  # the shipped config itself, unshrunk.
+  assert config.data.max_length == config.model.max_length == 16_384 and config.parallel.sequence == -1
