@@ -117,7 +117,6 @@ def attend(name: str, how: Split, fn: Callable, query, key, value, arguments: di
   """
   refused = [f for f in ("mask", "bias") if arguments.get(f) is not None]
   refused += ["dropout"] if arguments.get("dropout_rate", 0.0) > 0 else []
-  by_position = arguments.get("causal") or arguments.get("window") is not None
   where = f"over a sequence split across {how.size} devices (parallel.sequence, context parallelism)"
   if refused:
     raise ValueError(f"attention variant '{name}' cannot run {where} with {refused}: a positional bias encoding "
@@ -126,7 +125,7 @@ def attend(name: str, how: Split, fn: Callable, query, key, value, arguments: di
   if how.ring and not softmax:
     raise ValueError(f"attention variant '{name}' is not softmax attention, which parallel.context_strategy="
                      f"'ring' computes {where}; use parallel.context_strategy='gather'")
-  if not how.ring and by_position and not positions:
+  if not how.ring and _by_position(arguments) and not positions:
     raise ValueError(f"attention variant '{name}' masks by index, so it cannot take a share of a causal or windowed "
                      f"call {where}; use 'auto' or 'chunked', or parallel.context_strategy='ring'")
   message = f"attention '{name}': {how.describe()}"
@@ -152,7 +151,7 @@ def attend(name: str, how: Split, fn: Callable, query, key, value, arguments: di
 def _gather(how: Split, fn: Callable, arguments: dict, options: dict, query, key, value, tokens: dict, operands: dict):
   """One device: its queries `[b, t, h, D]` against all keys and values, gathered; positions (the share's places
   in the row) given when the masks read them."""
-  by_position = arguments.get("causal") or arguments.get("window") is not None
+  by_position = _by_position(arguments)
   q_positions = tokens.get("q_positions", _own_positions(how, query.shape[1]))
   kv_positions = tokens.get("kv_positions", _own_positions(how, key.shape[1]))
   q_ids = tokens.get("q_segment_ids")
@@ -256,6 +255,11 @@ def _ring_backward(ring: _Ring, residuals, dout):
 
 
 _ring_attention.defvjp(_ring_forward, _ring_backward)
+
+
+def _by_position(arguments: dict) -> bool:
+  """Whether the call's masks read positions (causal masking or a window)."""
+  return bool(arguments.get("causal")) or arguments.get("window") is not None
 
 
 def _own_positions(how: Split, length: int) -> jax.Array:
