@@ -148,6 +148,8 @@ def test_what_a_split_cannot_take_is_refused_in_one_line(scratch_registries):
   with pytest.raises(ValueError, match="'by_index' masks by index, so it cannot take a share of a causal"):
     attention.get("by_index").fn(q, k, v, causal=True, mesh=gather)
   assert REGISTRY.get("by_index").splits_sequence is False
+  with pytest.raises(ValueError, match="'own_split': splits_sequence=True .* needs a `mesh` keyword argument"):
+    register("own_split", supports={"causal"}, weights=softmax_weights, splits_sequence=True)(by_index)
   # Without positions in its masks, gathered keys and values need none: the same kernel takes its share.
   out = jax.jit(functools.partial(attention.get("by_index").fn, mesh=gather))(q, k, v)
   np.testing.assert_allclose(out, attention.get("dot_product").fn(q, k, v), atol=1e-6)
