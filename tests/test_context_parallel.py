@@ -176,7 +176,8 @@ def test_splash_takes_its_share_of_the_queries_inside_shard_map(window):
 @pytest.mark.parametrize("strategy", axes.CONTEXT_STRATEGIES)
 def test_train_step_with_a_sequence_axis_equals_one_device(strategy, monkeypatch):
   """The encoder-decoder model (encoder, causal decoder and cross-attention) trained two steps on data 2 x
-  sequence 4, every attention split: one device's loss and parameters; rows that do not split are refused."""
+  sequence 4, every attention split: one device's loss, parameters and evaluation sums; rows that do not split are
+  refused."""
   splits = []
   attend = context_parallel.attend
   monkeypatch.setattr(context_parallel, "attend", lambda name, how, *a, **k: splits.append(how) or attend(
@@ -187,7 +188,7 @@ def test_train_step_with_a_sequence_axis_equals_one_device(strategy, monkeypatch
     state = runner.init_state(jax.random.PRNGKey(0))
     for seed in range(2):
       state, metrics = runner.train_step(state, parallel_batch(seed))
-    results[layout] = metrics["loss"], jax.device_get(state.params)
+    results[layout] = metrics["loss"], jax.device_get(state.params), runner.eval_step(state.params, parallel_batch(5))
   assert runner.batch_sharding.spec == PartitionSpec(("data", "fsdp"), "sequence")
   # The train step's three attentions (traced once for its first call) ran split, the causal one balanced.
   assert {(how.size, how.balanced, how.ring) for how in splits} == {(4, False, strategy == "ring"),
@@ -196,6 +197,9 @@ def test_train_step_with_a_sequence_axis_equals_one_device(strategy, monkeypatch
   for got, want in zip(jax.tree.leaves(results["data2_sequence4"][1]), jax.tree.leaves(results["one_device"][1]),
                        strict=True):
     np.testing.assert_allclose(got, want, atol=1e-5)
+  evaluated, want = results["data2_sequence4"][2], results["one_device"][2]
+  assert evaluated["tokens"] == want["tokens"] and evaluated["correct"] == want["correct"]
+  np.testing.assert_allclose(evaluated["nll_sum"], want["nll_sum"], rtol=1e-6)
   with pytest.raises(ValueError, match="rows of 18 tokens are not divisible by parallel.sequence = 4"):
     runner.shard_batch({k: np.zeros((16, 18), np.int32) for k in ("inputs", "targets")})
 
