@@ -477,6 +477,7 @@ LAYOUTS = {
     "data8": {"parallel.data": 8},
     "data2_fsdp2_tensor2": {"parallel.data": 2, "parallel.fsdp": 2, "parallel.tensor": 2},
     "fsdp4_tensor2": {"parallel.data": 1, "parallel.fsdp": 4, "parallel.tensor": 2},
+    "data2_sequence4": {"parallel.data": 2, "parallel.sequence": 4},
     "pmap8": {"parallel.mode": "pmap"},
 }
 

@@ -26,7 +26,9 @@ MESHES = {"data2_fsdp2_tensor2": (2, 2, 2), "data2_tensor4": (2, 1, 4)}  # 2 hea
 
 
 def mesh_of(shape):
-  return Mesh(np.asarray(jax.devices()[:int(np.prod(shape))]).reshape(shape), axes.MESH_AXES)
+  """The mesh of (data, fsdp, tensor) sizes `shape`, one device along sequence."""
+  data, fsdp, tensor = shape
+  return Mesh(np.asarray(jax.devices()[:data * fsdp * tensor]).reshape(data, fsdp, 1, tensor), axes.MESH_AXES)
 
 
 def problem(length, kv_heads, batch=4, heads=2, head_dim=8):

@@ -92,13 +92,14 @@ def test_parameters_and_optimizer_state_are_really_sharded():
   for part in ("params", "opt_state"):
     ratio = _bytes_per_device(getattr(state, part)) / _bytes_per_device(getattr(single_state, part))
     assert ratio < 0.2, (part, ratio)  # big kernels / 8; biases and norms partly replicated.
-  assert "fsdp=4, tensor=2" in sharded.describe(state)
+  assert "fsdp=4, sequence=1, tensor=2" in sharded.describe(state)
 
 
 def test_mesh_shape_resolution_and_errors():
   shape = mesh.mesh_shape({"data": -1, "fsdp": 2, "tensor": 2}, 8)
-  assert shape == {"data": 2, "fsdp": 2, "tensor": 2}
-  assert mesh.mesh_shape({"data": 1, "fsdp": 1, "tensor": 1}, 8) == {"data": 1, "fsdp": 1, "tensor": 1}
+  assert shape == {"data": 2, "fsdp": 2, "sequence": 1, "tensor": 2}  # an axis not named has one device.
+  assert mesh.mesh_shape({"data": 1, "fsdp": 1, "tensor": 1}, 8) == {"data": 1, "fsdp": 1, "sequence": 1, "tensor": 1}
+  assert mesh.mesh_shape({"data": 2, "fsdp": 1, "sequence": -1, "tensor": 1}, 8)["sequence"] == 4
   with pytest.raises(ValueError, match="only one of"):
     mesh.mesh_shape({"data": -1, "fsdp": -1, "tensor": 1}, 8)
   with pytest.raises(ValueError, match="needs 16 devices but 8"):

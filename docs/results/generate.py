@@ -278,6 +278,29 @@ max RSS (the process's peak resident memory) come from that run; '-' where the s
 """
 
 
+def context_parallel_section(path: str, data: dict) -> str:
+  base = data["rows"][0]["temp_gib"]
+  body = table(["strategy", "sequence axis", "tokens per device", "temp GiB per device", "x one device",
+                "arguments GiB", "step s, median (min-max)", "disturbed reps"],
+               [[r["strategy"], r["sequence"], count(r["tokens_per_device"]), fixed(r["temp_gib"], 3),
+                 fixed(r["temp_gib"] / base, 2), fixed(r["arguments_gib"], 3), timing(r["step_s"], 2),
+                 disturbed(r["step_s"])] for r in data["rows"]],
+               "llrrrrrr")
+  return paragraphs(provenance(path, data), f"Model: {data['model']}.", body)
+
+
+CONTEXT_PARALLEL_INTRO = """`benchmarks/context_parallel.py`: the train step of `configs/lm_long.py` (one row of 16,384 tokens) on a mesh whose
+sequence axis has n devices (`parallel.sequence`), each holding 16,384 / n tokens of the row through the model, with
+attention over the split row by `parallel.context_strategy` (`jformer/attention/context_parallel.py`): `gather`
+(keys and values gathered) or `ring` (key/value blocks passed around the axis; the causal row in the load-balanced
+order for both). `compiled.memory_analysis()` of the compiled step, not run: temp = XLA's temporary bytes per
+device (activations kept for the backward pass, gradients, scratch), arguments = the state and batch it takes;
+properties of the program, the same on every run. x one device: temp against n = 1. Step seconds, where the table
+has them: the script's `--time` run, gather and ring timed in turns in one process; on simulated CPU devices the n
+devices share the machine's cores, so they compare the strategies' work, not a speed-up.
+"""
+
+
 def input_pipeline_section(path: str, data: dict) -> str:
   facts = (f"{data['training_pairs']:,} training pairs; a batch holds {data['examples_per_batch']:.1f} examples "
            f"and {data['real_tokens_per_batch']:,} real tokens.")
@@ -697,6 +720,9 @@ PAGES = (
          DECODE_INTRO, decode_section),
     Page("memory.md", "Train step memory", "memory", "XLA temporary memory of the BASE train step up to long "
          "sequences", MEMORY_INTRO, memory_section),
+    Page("context_parallel.md", "Context parallelism: memory per device", "context_parallel", "the long-context "
+         "train step's memory per device against the sequence axis (1, 2, 4, 8), gather and ring",
+         CONTEXT_PARALLEL_INTRO, context_parallel_section),
     Page("input_pipeline.md", "Input pipeline", "input_pipeline", "the demo's data pipeline against what its "
          "train step consumes", INPUT_PIPELINE_INTRO, input_pipeline_section),
     Page("attention.md", "Attention variants alone", "attention", "forward+backward time and temporary memory "

@@ -32,7 +32,7 @@ import jax
 from absl import logging
 from jax import lax
 
-from jformer.attention import chunked, cudnn, dot_product
+from jformer.attention import chunked, context_parallel, cudnn, dot_product
 from jformer.attention.registry import AttentionVariant, get, kernels, register, requested_features, softmax_weights
 
 BLOCKWISE_MIN_PAIRS = 512 * 512
@@ -75,20 +75,27 @@ def choose(query, key, value=None, *, backend: str | None = None, **masking) -> 
 
 
 @register("auto", supports={"causal", "segment_ids", "positions", "mask", "bias", "dropout", "decode", "gqa",
-                            "softcap", "window"}, weights=softmax_weights)
+                            "softcap", "window"}, weights=softmax_weights, splits_sequence=True)
 def auto(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
          kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, logits_softcap=0.0, window=None,
          mesh=None):
   """The fastest that can run each call: library kernels by priority (GPU, TPU), else chunked (long) or dot_product.
 
-  `mesh`: passed to the kernel that runs (module doc).
+  `mesh`: passed to the kernel that runs (module doc). When it splits the tokens (`context_parallel`), a causal or
+  windowed call skips the kernels that can take no share of it (masking by index, not running the split itself).
   """
   masking = _relevant(dict(causal=causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
                            q_positions=q_positions, kv_positions=kv_positions, mask=mask, bias=bias,
                            dropout_rate=dropout_rate, dropout_rng=dropout_rng, logits_softcap=logits_softcap,
                            window=window))
   backend = _backend()
-  choice = _choose(query, key, value, backend, masking, skip=())
+  skip = ()
+  if (causal or window is not None) and context_parallel.split(mesh, query, key, causal=causal) is not None:
+    skip = tuple(k.name for k in kernels(backend) if not k.splits_sequence and "positions" not in k.supports)
+  choice = _choose(query, key, value, backend, masking, skip=skip)
+  if skip:
+    choice = dataclasses.replace(choice, refused=tuple(
+        (name, "masks by index: cannot take a share of the split sequence") for name in skip) + choice.refused)
   message = (f"attention 'auto' on {backend}, {query.dtype}, T={query.shape[1]} S={key.shape[1]} "
              f"H={query.shape[2]} K={key.shape[2]} D={query.shape[3]}, "
              f"{'+'.join(sorted(requested_features(**masking))) or 'no masking'}: {choice.describe()}")

@@ -400,6 +400,9 @@ def _backward(blocks, score, mods, residuals, dout):
 
 
 _attend.defvjp(_attend_forward, _backward)
+# The backward pass from given residuals, for engines that run the passes block by block with their own merging
+# (`jformer.attention.context_parallel`'s ring: the merged output and log-sum-exp of all blocks).
+backward = _backward
 
 
 def _add_at(total: jax.Array, part: jax.Array, start, axis: int) -> jax.Array:

@@ -23,7 +23,8 @@ def local_weights(query, key, *, window_size: int = WINDOW_SIZE, **masking):
 
 @register("local", supports={"causal", "segment_ids", "positions", "mask", "bias", "dropout", "decode", "gqa",
                              "softcap"},
-          weights=local_weights, example_options=dict(window_size=3), decode_state=decode_state.window("window_size"))
+          weights=local_weights, example_options=dict(window_size=3), decode_state=decode_state.window("window_size"),
+          splits_sequence=True)
 def local(query, key, value, *, causal=False, q_segment_ids=None, kv_segment_ids=None, q_positions=None,
           kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None, logits_softcap=0.0, mesh=None,
           window_size: int = WINDOW_SIZE):

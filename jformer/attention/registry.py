@@ -7,13 +7,14 @@ import dataclasses
 import functools
 import inspect
 import numbers
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from jformer.attention import capture as capture_lib
 from jformer.attention.capture import Capture
+from jformer.attention import context_parallel
 from jformer.attention.decode_state import FULL, DecodeState
 from jformer.ops.attention import dot_product_weights, repeat_kv
 from jformer.ops.masks import attention_mask
@@ -100,6 +101,8 @@ class AttentionVariant:
     reads_positions: it reads absolute positions (a flex variant's own functions may), so the model passes them
       even where the index and the segment ids imply its masking (packed training rows), where it drops them for
       the others so that the library kernels take the call.
+    splits_sequence: its function takes the `mesh` and runs a sequence split over it itself (`splash`; `auto` and
+      `local` pass the mesh to the kernel they run); the others run there under `context_parallel`.
   """
   name: str
   fn: Callable
@@ -117,6 +120,7 @@ class AttentionVariant:
   decode_state: DecodeState = FULL
   captures: Mapping[str, Capture] = dataclasses.field(default_factory=dict)
   reads_positions: bool = False
+  splits_sequence: bool = False
 
   @property
   def required_options(self) -> tuple[str, ...]:
@@ -185,7 +189,7 @@ def _declare(name: str, fn: Callable, *, supports, params: Mapping[str, Param] |
              example_options: Mapping[str, Any] | None = None, doc: str = "", platforms=None,
              limits: Callable | None = None, auto_priority: int | None = None,
              decode_state: DecodeState = FULL, captures: Mapping[str, Capture] | None = None,
-             reads_positions: bool = False) -> AttentionVariant:
+             reads_positions: bool = False, splits_sequence: bool = False) -> AttentionVariant:
   """The entry of a variant registered with `register` (checks its declaration against its function)."""
   unknown = set(supports) - set(FEATURES)
   if unknown:
@@ -213,8 +217,12 @@ def _declare(name: str, fn: Callable, *, supports, params: Mapping[str, Param] |
   types = {p.name: option_type(p) for p in option_parameters}
   declared = frozenset(supports)
   decode_state.check(name, declared, options)
-  guard = functools.partial(_guarded, name, declared, params, captures, options, types, limits,
-                            "mesh" in parameters)
+  if splits_sequence and "mesh" not in parameters:
+    raise ValueError(f"attention variant '{name}': splits_sequence=True runs a split sequence on the `mesh` its "
+                     "function takes, so it needs a `mesh` keyword argument")
+  split = _SplitSupport(splits_sequence, weights is softmax_weights and not params, bool(captures) or reads_positions)
+  guard = functools.partial(_guarded, name, declared, params, captures, options, types, limits, "mesh" in parameters,
+                            split)
   examples = dict(example_options or {})
   try:
     _check_options(name, options, types, examples)
@@ -231,7 +239,8 @@ def _declare(name: str, fn: Callable, *, supports, params: Mapping[str, Param] |
       reference=guard(reference or _weighted_values(weights), repeat=False, limited=False),
       example_options=examples, doc=doc or first_line(fn.__doc__),
       platforms=None if platforms is None else frozenset(platforms), limits=limits, auto_priority=auto_priority,
-      decode_state=decode_state, captures=captures, reads_positions=reads_positions)
+      decode_state=decode_state, captures=captures, reads_positions=reads_positions,
+      splits_sequence=splits_sequence)
 
 
 REGISTRY: Registry[AttentionVariant] = Registry("attention variant", declare=_declare, details=_details)
@@ -241,7 +250,7 @@ def register(name: str, *, supports, params: Mapping[str, Param] | None = None, 
              reference: Callable | None = None, example_options: Mapping[str, Any] | None = None, doc: str = "",
              platforms=None, limits: Callable | None = None, auto_priority: int | None = None,
              decode_state: DecodeState = FULL, captures: Mapping[str, Capture] | None = None,
-             reads_positions: bool = False):
+             reads_positions: bool = False, splits_sequence: bool = False):
   """Decorator: `@register("my_variant", supports={"causal", "segment_ids"}, weights=...)` above the function.
 
   The function takes the full signature, by name or as `**masking` (and `params` when it declares parameters,
@@ -271,11 +280,13 @@ def register(name: str, *, supports, params: Mapping[str, Param] | None = None, 
       passes as `captures={"q": {name: [B, T, H]}, "kv": {name: [B, S, H]}}` (`jformer.attention.capture`).
     reads_positions: the function reads absolute positions, so the model passes them for packed rows too
       (`AttentionVariant.reads_positions`).
+    splits_sequence: its function (which takes `mesh`) runs a sequence split over the mesh's `sequence` axis itself;
+      default False: such calls run under `jformer.attention.context_parallel` (module doc there).
   """
   return REGISTRY.register(name, origin=caller(), supports=supports, params=params, weights=weights,
                            reference=reference, example_options=example_options, doc=doc, platforms=platforms,
                            limits=limits, auto_priority=auto_priority, decode_state=decode_state, captures=captures,
-                           reads_positions=reads_positions)
+                           reads_positions=reads_positions, splits_sequence=splits_sequence)
 
 
 def get(name: str) -> AttentionVariant:
@@ -336,15 +347,27 @@ def check_shapes(name: str, query: jax.Array, key: jax.Array, value: jax.Array |
                      "[batch, length, heads], and the query heads must be a multiple of the key/value heads")
 
 
+class _SplitSupport(NamedTuple):
+  """How a variant takes a sequence split over the mesh (`context_parallel`): whether its function runs the split
+  itself (`AttentionVariant.splits_sequence`), whether it is softmax attention (the ring computes only that), and
+  whether it reads what a share of the row does not hold (captured tensors, absolute positions: a flex variant's)."""
+  itself: bool
+  softmax: bool
+  reads_whole_row: bool = False
+
+
 def _guarded(name: str, declared: frozenset, params: Mapping[str, Param], captures: Mapping[str, Capture],
              options: Mapping[str, Any], option_types: Mapping[str, type | None], limits: Callable | None,
-             takes_mesh: bool, fn: Callable, *, repeat: bool = True, limited: bool = True) -> Callable:
+             takes_mesh: bool, split: _SplitSupport, fn: Callable, *, repeat: bool = True,
+             limited: bool = True) -> Callable:
   """`fn(query, key, [value,] **kwargs)` behind the checks every variant shares: shapes, segment ids given in
   pairs, the refusal of undeclared features, option types, the declared parameters and captures, the variant's
   `limits`
   (`limited`; not for its weights/reference functions, plain JAX); key/value heads repeated for a variant that
   does not declare "gqa" (`repeat`; weights/reference functions always get H heads). A `mesh=` argument reaches
-  `fn` only when its variant function takes one (`takes_mesh`, and not its weights/reference functions)."""
+  `fn` only when its variant function takes one (`takes_mesh`, and not its weights/reference functions); when
+  the mesh splits the call's tokens, `fn` runs under `context_parallel` unless it runs the split itself (`split`;
+  a softmax variant always runs the ring there)."""
 
   @functools.wraps(fn)
   def call(query, key, *value, mesh=None, **kwargs):
@@ -376,6 +399,13 @@ def _guarded(name: str, declared: frozenset, params: Mapping[str, Param], captur
                        f"{available()}), or 'auto', which falls back by itself.")
     if "gqa" not in declared or not repeat:
       key, *value = (repeat_kv(x, query.shape[2]) for x in (key, *value))
+    how = context_parallel.split(mesh, query, key, causal=arguments.get("causal", False)) if limited else None
+    if how is not None and split.reads_whole_row:
+      raise ValueError(f"attention variant '{name}' reads captured tensors or absolute positions, which a share of "
+                       "a row split over the mesh's sequence axis does not hold; set parallel.sequence=1")
+    if how is not None and (not split.itself or (how.ring and split.softmax)):
+      return context_parallel.attend(name, how, fn, query, key, value[0], arguments, kwargs,
+                                     positions="positions" in declared, softmax=split.softmax)
     return fn(query, key, *value, **arguments, **kwargs)
 
   return call

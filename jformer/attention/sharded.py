@@ -42,13 +42,9 @@ def per_device(kernel: Callable, query, key, value, q_segment_ids=None, kv_segme
   batch = query.shape[0]
   if mesh is None:
     return kernel(query, key, value, q_segment_ids, kv_segment_ids)
-  batch_axes = mesh.mesh_axes(axes.BATCH, batch)
-  heads_axes = mesh.mesh_axes(axes.HEADS, query.shape[2])
-  kv_heads_axes = mesh.mesh_axes(axes.KV_HEADS, key.shape[2])
+  batch_axes, heads_axes, key, value = shares(mesh, query, key, value)
   if not batch_axes and not heads_axes:
     return kernel(query, key, value, q_segment_ids, kv_segment_ids)
-  if kv_heads_axes != heads_axes:
-    key, value = (repeat_kv(x, query.shape[2]) for x in (key, value))
   given = {name: jnp.broadcast_to(ids, (batch, x.shape[1])) for name, ids, x in
            (("q_segment_ids", q_segment_ids, query), ("kv_segment_ids", kv_segment_ids, key)) if ids is not None}
 
@@ -57,6 +53,20 @@ def per_device(kernel: Callable, query, key, value, q_segment_ids=None, kv_segme
 
   heads = PartitionSpec(batch_axes or None, None, heads_axes or None, None)
   rows = PartitionSpec(batch_axes or None, None)
-  manual = frozenset(mesh.mesh.axis_names) - frozenset(jax.sharding.get_abstract_mesh().manual_axes)
   return jax.shard_map(local, mesh=mesh.mesh, in_specs=(heads, heads, heads, {name: rows for name in given}),
-                       out_specs=heads, axis_names=manual, check_vma=False)(query, key, value, given)
+                       out_specs=heads, axis_names=free_axes(mesh), check_vma=False)(query, key, value, given)
+
+
+def shares(mesh: axes.Placement, query, key, value):
+  """(the mesh axes the batch splits over, those the query heads split over, key, value): key/value `[B, S, K, D]`
+  repeated to one head per query head when their heads cannot split as the query's (module doc)."""
+  batch_axes = mesh.mesh_axes(axes.BATCH, query.shape[0])
+  heads_axes = mesh.mesh_axes(axes.HEADS, query.shape[2])
+  if mesh.mesh_axes(axes.KV_HEADS, key.shape[2]) != heads_axes:
+    key, value = (repeat_kv(x, query.shape[2]) for x in (key, value))
+  return batch_axes, heads_axes, key, value
+
+
+def free_axes(mesh: axes.Placement) -> frozenset:
+  """The mesh axes not yet manual (those a `jax.shard_map` here maps over)."""
+  return frozenset(mesh.mesh.axis_names) - frozenset(jax.sharding.get_abstract_mesh().manual_axes)

@@ -13,7 +13,7 @@ from typing import Iterator
 
 import ml_collections
 
-from jformer import data, parallel
+from jformer import axes, data, parallel
 from jformer.decode.search import METHODS
 from jformer.models.config import TransformerConfig
 from jformer.schema import Field, Registered, Spec, field, fields
@@ -135,6 +135,11 @@ class ParallelSection:
   data: int = field(-1, "Mesh axis sizes (mesh mode); -1 = the remaining devices. Batch: data x fsdp.", at_least=-1)
   fsdp: int = field(1, "Shards parameters and optimizer state (and the batch) over this axis.", at_least=-1)
   tensor: int = field(1, "Megatron-style: attention heads and feed-forward units split over this axis.", at_least=-1)
+  sequence: int = field(1, "Context parallelism: each row's tokens split over this axis (rows a multiple of it "
+                        "long; of 2 x it for the load-balanced causal order).", at_least=-1)
+  context_strategy: str = field("gather", "Attention over a split sequence: 'gather' (each device's queries against "
+                                "all keys/values, gathered) or 'ring' (key/value blocks passed around the axis).",
+                                choices=axes.CONTEXT_STRATEGIES)
   coordinator_address: str = field("", "Multi-host: host:port of process 0 ('' = env or auto-detect).")
   num_processes: int = field(0, "Multi-host: number of processes (0 = env or auto-detect).", at_least=0)
   process_id: int = field(-1, "Multi-host: this process's index (-1 = env or auto-detect).", at_least=-1)

@@ -39,7 +39,7 @@ def validate(config: ml_collections.ConfigDict, backend: str | None = THIS_MACHI
   if problems:  # the checks below read these values.
     raise ValueError("invalid config: " + "; ".join(problems))
   model = TransformerConfig.from_config(config.model)
-  problems = _combinations(config)
+  problems = _combinations(config) + _sequence_problems(config, model)
   refusal = model.kernel_refusal(encoder_decoder=tasks.get(config.model.architecture).pairs,
                                  backend=runtime.expected_backend() if backend == THIS_MACHINE else backend)
   if refusal:
@@ -108,6 +108,33 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
   if train.budget_minutes and train.bleu_every:
     problems.append(f"train.bleu_every={train.bleu_every} decodes during training, which a time budget cannot "
                     f"plan for (train.budget_minutes={train.budget_minutes:g}); set train.bleu_every=0")
+  return problems
+
+
+def _sequence_problems(config: ml_collections.ConfigDict, model: TransformerConfig) -> list[str]:
+  """`parallel.sequence` > 1 (each row's tokens split over that many devices) against the mode, the row length and
+  what attention over a split row cannot take (`jformer.attention.context_parallel`)."""
+  parallel = config.parallel
+  if parallel.sequence <= 1:
+    return []
+  split = f"parallel.sequence={parallel.sequence} splits each row's tokens"
+  if parallel.mode != "mesh":
+    return [f"{split} over the device mesh, which parallel.mode='{parallel.mode}' does not use; set "
+            "parallel.mode='mesh' or parallel.sequence=1"]
+  problems = []
+  lengths = [("data.max_length", config.data.max_length)] + [("train.eval_lengths", n) for n in
+                                                              config.train.eval_lengths]
+  problems += [f"{split}: {key}={n} is not a multiple of it" for key, n in lengths if n % parallel.sequence]
+  needs = {reason for layer in model.layer_configs() for feature, reason in layer.needs().items()
+           if feature in ("bias", "dropout")}
+  if needs:
+    problems.append(f"{split}, which attention cannot take with {', '.join(sorted(needs))}; use rotary or embedding "
+                    "positions and no attention dropout, or parallel.sequence=1")
+  whole_row = sorted({layer.attention for layer in model.layer_configs()
+                      if layer.attention_variant.captures or layer.attention_variant.reads_positions})
+  if whole_row:
+    problems.append(f"{split}, and attention {whole_row} reads captured tensors or absolute positions that a share "
+                    "of the row does not hold; use another variant for those layers, or parallel.sequence=1")
   return problems
 
 

@@ -1,7 +1,7 @@
-"""Scale-out: device meshes (data, fsdp, tensor) and multi-host initialisation.
+"""Scale-out: device meshes (data, fsdp, sequence, tensor) and multi-host initialisation.
 
-  mesh: `make_mesh` over axes ('data', 'fsdp', 'tensor'); parameters carry logical axis names in the modules,
-    mapped to mesh axes by `jformer.axes.RULES` (the one place they are set).
+  mesh: `make_mesh` over axes ('data', 'fsdp', 'sequence', 'tensor'); parameters carry logical axis names in the
+    modules, mapped to mesh axes by `jformer.axes.RULES` (the one place they are set).
   distributed: `initialize_distributed` joins a multi-process job; `is_chief` is process 0, `say` prints there.
 
 The runners that jit or pmap the train step over these live with the step, in `jformer.train.runner`.

@@ -1,4 +1,4 @@
-"""The device mesh over the axes ('data', 'fsdp', 'tensor'); the logical-axis rules that map onto it are in
+"""The device mesh over the axes ('data', 'fsdp', 'sequence', 'tensor'); the logical-axis rules that map onto it are in
 `jformer.axes` (the only place shardings are decided)."""
 
 from __future__ import annotations
@@ -14,18 +14,20 @@ from jformer.axes import MESH_AXES
 
 
 def mesh_shape(parallel_config, num_devices: int | None = None) -> dict[str, int]:
-  """{'data': d, 'fsdp': f, 'tensor': t} with one -1 resolved to the remaining devices.
+  """{'data': d, 'fsdp': f, 'sequence': s, 'tensor': t} with one -1 resolved to the remaining devices; an axis
+  the config does not name has size 1.
 
-  Without a -1 the mesh may use fewer devices than there are (e.g. 1x1x1 = one device).
+  Without a -1 the mesh may use fewer devices than there are (e.g. 1x1x1x1 = one device).
   """
   num_devices = jax.device_count() if num_devices is None else num_devices
-  sizes = {axis: int(parallel_config[axis]) for axis in MESH_AXES}
+  sizes = {axis: int(parallel_config.get(axis, 1)) for axis in MESH_AXES}
   unknown = [axis for axis, size in sizes.items() if size == -1]
   if len(unknown) > 1:
-    raise ValueError(f"only one of parallel.data/fsdp/tensor may be -1 (the rest of the devices); got {sizes}")
+    raise ValueError(f"only one of parallel.data/fsdp/sequence/tensor may be -1 (the rest of the devices); got "
+                     f"{sizes}")
   known = math.prod(size for size in sizes.values() if size != -1)
   if any(size == 0 or size < -1 for size in sizes.values()):
-    raise ValueError(f"parallel.data/fsdp/tensor must be positive or -1; got {sizes}")
+    raise ValueError(f"parallel.data/fsdp/sequence/tensor must be positive or -1; got {sizes}")
   if unknown:
     if num_devices % known:
       raise ValueError(f"{num_devices} devices are not divisible by the fixed mesh axes {sizes}")
@@ -39,7 +41,7 @@ def mesh_shape(parallel_config, num_devices: int | None = None) -> dict[str, int
 
 
 def make_mesh(parallel_config, devices=None) -> Mesh:
-  """A Mesh over the first data*fsdp*tensor of all (or the given) devices, axes ('data', 'fsdp', 'tensor')."""
+  """A Mesh over the first data*fsdp*sequence*tensor of all (or the given) devices, axes `MESH_AXES`."""
   devices = jax.devices() if devices is None else devices
   sizes = mesh_shape(parallel_config, len(devices))
   shape = tuple(sizes[axis] for axis in MESH_AXES)

@@ -66,8 +66,9 @@ class _MetricTotals:
 
 
 class MeshRunner(_MetricTotals):
-  """`jax.jit` over a ('data', 'fsdp', 'tensor') mesh; the state is created already sharded. The model holds the
-  same mesh (`model.mesh`, a `jformer.axes.Placement`), which its attention kernels run per device on."""
+  """`jax.jit` over a ('data', 'fsdp', 'sequence', 'tensor') mesh; the state is created already sharded, batches
+  split by rows (data x fsdp) and by tokens (sequence). The model holds the same mesh (`model.mesh`, a
+  `jformer.axes.Placement`), which its attention kernels run per device on."""
   mode = parallel.MESH
 
   def __init__(self, model, tx, schedule, *, label_smoothing: float, grad_accumulation_steps: int,
@@ -82,8 +83,10 @@ class MeshRunner(_MetricTotals):
     self.state_sharding = nn.logical_to_mesh_sharding(nn.get_partition_spec(boxed), self.mesh, axes.RULES)
     self._init = jax.jit(lambda rng: init_train_state(model, tx, rng, example_batch),
                          out_shardings=self.state_sharding)
-    self.batch_sharding = nn.logical_to_mesh_sharding(PartitionSpec(axes.BATCH), self.mesh, axes.RULES)
+    # Rows over data x fsdp, each row's tokens over sequence (context parallelism; 1 device: whole rows).
+    self.batch_sharding = nn.logical_to_mesh_sharding(PartitionSpec(axes.BATCH, axes.LENGTH), self.mesh, axes.RULES)
     self._batch_parallelism = self.mesh.shape[axes.DATA] * self.mesh.shape[axes.FSDP]
+    self._sequence_parallelism = self.mesh.shape[axes.SEQUENCE]
     step = make_train_step(model, tx, schedule, label_smoothing=label_smoothing,
                            grad_accumulation_steps=grad_accumulation_steps, attention_transfer=attention_transfer)
     self._train_step = jax.jit(step, in_shardings=(self.state_sharding, self.batch_sharding),
@@ -106,6 +109,10 @@ class MeshRunner(_MetricTotals):
     if global_rows % self._batch_parallelism:
       raise ValueError(f"global batch of {global_rows} rows is not divisible by data x fsdp = "
                        f"{self._batch_parallelism}; change data.batch_size or the mesh")
+    length = next(iter(local_batch.values())).shape[1]
+    if length % self._sequence_parallelism:
+      raise ValueError(f"rows of {length} tokens are not divisible by parallel.sequence = "
+                       f"{self._sequence_parallelism}; change data.max_length or parallel.sequence")
     return {k: jax.make_array_from_process_local_data(self.batch_sharding, np.asarray(v))
             for k, v in local_batch.items()}
 
@@ -115,7 +122,12 @@ class MeshRunner(_MetricTotals):
 
   def step_temp_bytes(self, state, local_batch) -> int | None:
     """Temporary memory per device of the compiled train step for this state and batch (see `_temp_bytes`)."""
-    return _temp_bytes(self._train_step.lower(state, self.shard_batch(local_batch)))
+    return _temp_bytes(self.lower_step(state, local_batch))
+
+  def lower_step(self, state, local_batch):
+    """The train step lowered for `state` (or `abstract_state()`: nothing allocated) and a batch, not run: what
+    its memory and cost analyses read once compiled."""
+    return self._train_step.lower(state, self.shard_batch(local_batch))
 
   def eval_step(self, params, local_batch):
     return jax.device_get(self._eval_step(params, self.shard_batch(local_batch)))
@@ -243,7 +255,7 @@ def placement(parallel_config) -> axes.Placement | None:
   configured axes; None under pmap (each device runs the whole step on its own rows)."""
   if parallel_config.mode != parallel.MESH:
     return None
-  return axes.Placement(parallel.make_mesh(parallel_config))
+  return axes.Placement(parallel.make_mesh(parallel_config), context_strategy=parallel_config.context_strategy)
 
 
 def make_runner(config, model, tx, schedule, example_batch: dict):

@@ -53,11 +53,20 @@ def train_argv(tmp_path, *overrides, config=DEMO):
     (["--config.model.num_kv_heads=3"], ["num_kv_heads=3 does not divide num_heads=4"]),
     (["--config.train.steps=-3"], ["train.steps=-3 must be at least 1"]),
     (["--config.train.grad_accumulation_steps=0"], ["train.grad_accumulation_steps=0 must be at least 1"]),
+    # A sequence split (context parallelism) that the mode, the rows or the attention cannot take.
+    (["--config.parallel.sequence=2", "--config.parallel.mode=pmap"],
+     ["parallel.sequence=2 splits each row's tokens over the device mesh, which parallel.mode='pmap' does not use"]),
+    (["--config.parallel.sequence=3", "--config.model.positional=alibi"],
+     ["data.max_length=64 is not a multiple of it", "cannot take with model.positional='alibi'; use rotary"]),
+    (["--config.parallel.sequence=2", "--config.imports=tests/plugins/learned_alibi.py",
+      "--config.model.attention=learned_alibi"],
+     ["attention ['learned_alibi'] reads captured tensors or absolute positions that a share of the row does not "
+      "hold"]),
     # A plug-in module that does not exist.
     (["--config.imports=no_such_package.variants"], ["config.imports: no module 'no_such_package.variants'",
                                                      "give a module on the Python path or a file path ending in .py"]),
 ])
-def test_bad_override_is_one_line_and_writes_nothing(project, capsys, overrides, fragments):
+def test_bad_override_is_one_line_and_writes_nothing(project, capsys, overrides, fragments, scratch_registries):
   status, err = run_cli(train_argv(project, *overrides), capsys)
   assert_one_line_error(status, err, "jformer train: error: ", *fragments)
   assert list(project.iterdir()) == []  # No workdir, no config.json, no tfds folder.
