@@ -11,6 +11,7 @@ from jformer.config.schema import declared
 from jformer.decode.search import check_options
 from jformer.models.config import TransformerConfig
 from jformer.schema import check_value
+from jformer.tasks.metrics import NO_KEPT_METRIC
 
 
 def validate(config: ml_collections.ConfigDict) -> TransformerConfig:
@@ -65,6 +66,7 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
   if train.average_span and not (train.average_span < 1 and train.average_checkpoints >= 2):
     problems.append(f"train.average_span={train.average_span} needs a fraction below 1 and "
                     f"train.average_checkpoints >= 2 (now {train.average_checkpoints})")
+  problems += _kept_problems(config, task)
   if config.optimizer.cooldown_fraction > 0.5:
     problems.append(f"optimizer.cooldown_fraction={config.optimizer.cooldown_fraction} is not in [0, 0.5]: the "
                     "cool-down must start after a time budget's planning steps (0 = off)")
@@ -80,6 +82,28 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
   if train.budget_minutes and train.bleu_every:
     problems.append(f"train.bleu_every={train.bleu_every} decodes during training, which a time budget cannot "
                     f"plan for (train.budget_minutes={train.budget_minutes:g}); set train.bleu_every=0")
+  return problems
+
+
+def _kept_problems(config: ml_collections.ConfigDict, task) -> list[str]:
+  """`train.keep_best` against the task's kept metrics, decoding and checkpoint averaging; `train.patience` without
+  a kept metric."""
+  train, problems = config.train, []
+  if train.keep_best == NO_KEPT_METRIC:
+    if train.patience:
+      problems.append(f"train.patience={train.patience} counts evaluations without a gain in train.keep_best's "
+                      "metric, which is 'none'; set train.keep_best (e.g. 'valid_loss') or train.patience=0")
+    return problems
+  if train.keep_best not in task.task.kept_metrics:
+    problems.append(f"train.keep_best='{train.keep_best}' is not a metric of model.architecture="
+                    f"'{config.model.architecture}'; it keeps {', '.join(task.task.kept_metrics)} (or 'none')")
+  elif train.keep_best == "valid_bleu" and (refusal := TransformerConfig.from_config(config.model).attention_refusal(
+      decoding=True)):
+    problems.append(f"train.keep_best='valid_bleu' decodes at every evaluation, but {refusal}; keep 'valid_loss'")
+  if train.average_checkpoints:
+    problems.append(f"train.keep_best='{train.keep_best}' and train.average_checkpoints="
+                    f"{train.average_checkpoints} both choose the parameters the final test uses; set "
+                    "train.keep_best='none' or train.average_checkpoints=0")
   return problems
 
 
