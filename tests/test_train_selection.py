@@ -3,6 +3,8 @@ checkpoint survives `train.keep_checkpoints` and is the one tested and loaded, r
 metric's values are injected (a table by step), so the right answer is known."""
 
 import json
+import re
+import time
 import types
 
 import jax.numpy as jnp
@@ -12,6 +14,7 @@ import pytest
 from helpers import SMALL, load_tiny
 from jformer import checkpoint, tasks
 from jformer import config as config_lib
+from jformer.train import budget as budget_lib
 from jformer.train import selection
 from jformer.train.evaluation import evaluate_run
 from jformer.train.loop import train_and_evaluate
@@ -175,3 +178,19 @@ def test_patience_ends_a_run_whose_metric_stops_improving(tiny_corpus, tmp_path,
   # More patience trains on: step 15 is a third evaluation without a gain.
   results = train_and_evaluate(tiny_run(tiny_corpus, **{"train.steps": 30, "train.patience": 3}), workdir)
   assert results["step"] == 15 and results["stopped_by_patience"] and "resumed from step 12" in capsys.readouterr().out
+
+
+@pytest.mark.integration
+def test_a_time_budget_counts_the_kept_metric_in_each_evaluation(tiny_corpus, tmp_path, monkeypatch):
+  """A kept metric that takes 0.6 s (as decoding for valid BLEU takes time): the plan's seconds per evaluation hold
+  it (the budget here is too small, so the plan is refused naming them)."""
+  def slow_value(self, name, metrics, model, host_params):
+    time.sleep(0.6)
+    return metrics["loss"]
+
+  monkeypatch.setattr(tasks.TranslationTask, "kept_value", slow_value)
+  config = load_tiny(tiny_corpus, **{"train.keep_best": "valid_loss", "train.budget_minutes": 0.0001,
+                                     "train.eval_every": 1000, "train.checkpoint_every": 1000})
+  with pytest.raises(budget_lib.BudgetTooSmallError, match=r"s per step and (\d+\.\d)s per evaluation") as refused:
+    train_and_evaluate(config, tmp_path)
+  assert float(re.search(r"(\d+\.\d)s per evaluation", str(refused.value)).group(1)) >= 0.6
