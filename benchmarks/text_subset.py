@@ -19,6 +19,8 @@ import sys
 
 import numpy as np
 
+import corpus_subsets  # benchmarks/, beside this script
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BUNDLED = REPO / "jformer" / "data" / "corpora" / "english_text"
 
@@ -55,11 +57,10 @@ def main(argv=None) -> int:
     with gzip.open(BUNDLED / f"{split}.txt.gz", "rb") as source, (out / f"{split}.txt").open("wb") as target:
       shutil.copyfileobj(source, target)
   size = (out / "train.txt").stat().st_size
-  (out / "SOURCE.txt").write_text(
-      f"Cut from jformer/data/corpora/english_text (see its README.md for provenance and licence) by "
+  corpus_subsets.write_source(
+      out, f"Cut from jformer/data/corpora/english_text (see its README.md for provenance and licence) by "
       f"benchmarks/text_subset.py --bytes={args.bytes} --seed={args.seed}.\n"
-      f"train: {len(train)} documents, {size:,} bytes; valid and test: the bundled splits\n", encoding="utf-8")
-  print((out / "SOURCE.txt").read_text(), end="")
+      f"train: {len(train)} documents, {size:,} bytes; valid and test: the bundled splits\n")
   return 0
 
 
