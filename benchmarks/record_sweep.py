@@ -253,7 +253,7 @@ def seeds_translation_table(sweep, grouped: dict[str, list[dict]]) -> tuple[list
     known = [x for x in last if x is not None]
     table_rows.append([
         name, *map(str, summary["used"].values()), str(len(rows)), f"{summary['bleu_mean']:.2f}",
-        " / ".join(f"{b:.2f}" for b in bleu), f"{max(bleu) - min(bleu):.2f}",
+        " / ".join(f"{b:.2f}" for b in bleu), f"{max(bleu) - min(bleu):.2f}" if len(bleu) > 1 else "-",
         f"{statistics.fmean(known):.2f}" + ("" if len(known) == len(last) else f" ({len(known)} of {len(last)})")
         if known else "-",
         f"{statistics.fmean(summary['tested_value']):.2f}",
