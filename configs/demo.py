@@ -22,9 +22,7 @@ The final test uses the checkpoint of the best valid BLEU (`train.keep_best="val
 valid split, evenly spaced, decoded as the test is, at every evaluation; jformer/train/selection.py), which
 `translate` and `evaluate` then load: on a small corpus the valid loss of a label-smoothed model is a poor guide to
 its translations (at 18k pairs it rose over the last third of the steps while BLEU held,
-configs/sweeps/demo_corpus_size.py). The decoding took about 4% of the training time on the 18k-pair help corpus
-(3 evaluations in 1,350 steps, configs/sweeps/demo_small_corpora.py; measured on a shared 2-core machine, so
-rough), and a time budget counts it with the evaluations.
+configs/sweeps/demo_corpus_size.py). A time budget counts that decoding with the evaluations.
 
 The batch was chosen on the valid loss at equal steps with the post-norm block (configs/sweeps/demo_recipe.py):
 32 rows per step (a CPU's tokens/s hold at half the rows, so twice the updates).
