@@ -94,14 +94,18 @@ def main(argv=None) -> int:
     for index, suffix in ((1, "src"), (2, "tgt")):
       (out / f"{split}.{suffix}").write_text("".join(p[index] + "\n" for p in chosen), encoding="utf-8")
   packages = sorted({p[0] for p in splits["train"]})
-  (out / "SOURCE.txt").write_text(
-      f"Cut from jformer/data/corpora/gettext_en_de (see its README.md for provenance and licences) by "
-      f"benchmarks/corpus_subsets.py --pairs={args.pairs} --seed={args.seed}{' --text' if args.text else ''}.\n"
-      f"train: {len(splits['train']):,} pairs from {', '.join(packages)}\n"
-      f"valid: {len(splits['valid']):,} pairs from {', '.join(VALID_PACKAGES)}\n"
-      f"test: {len(splits['test']):,} pairs from {', '.join(TEST_PACKAGES)}\n", encoding="utf-8")
-  print((out / "SOURCE.txt").read_text(), end="")
+  write_source(out, f"Cut from jformer/data/corpora/gettext_en_de (see its README.md for provenance and licences) by "
+               f"benchmarks/corpus_subsets.py --pairs={args.pairs} --seed={args.seed}{' --text' if args.text else ''}"
+               f".\ntrain: {len(splits['train']):,} pairs from {', '.join(packages)}\n"
+               f"valid: {len(splits['valid']):,} pairs from {', '.join(VALID_PACKAGES)}\n"
+               f"test: {len(splits['test']):,} pairs from {', '.join(TEST_PACKAGES)}\n")
   return 0
+
+
+def write_source(out: pathlib.Path, text: str) -> None:
+  """Writes (and prints) `<out>/SOURCE.txt`: where a cut corpus comes from and what each split holds."""
+  (out / "SOURCE.txt").write_text(text, encoding="utf-8")
+  print(text, end="")
 
 
 if __name__ == "__main__":

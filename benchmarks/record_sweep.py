@@ -35,15 +35,19 @@ def is_seed(key: str) -> bool:
   return key == "seed" or key.endswith(".seed")
 
 
-def groups(sweep, rows: list[dict], row_of, root: str) -> dict[str, list[dict]]:
+def groups(sweep, rows: list[dict], row_of, root: str, finished_only: bool = False) -> dict[str, list[dict]]:
   """{row name: the report rows of its points (one per seed), each with its `workdir`}, in the sweep's order;
-  every point finished."""
+  every point finished, or with `finished_only` the finished ones (a row none of whose points finished is left
+  out)."""
   grouped: dict[str, list[dict]] = {}
   from launch import runs
 
   for point, row in zip(sweep.points, rows, strict=True):
+    if row["status"] != runs.DONE and finished_only:
+      continue
     if row["status"] != runs.DONE:
-      raise SystemExit(f"point {point.name} is {row['status']}, not done: run the sweep to its end first")
+      raise SystemExit(f"point {point.name} is {row['status']}, not done: run the sweep to its end first "
+                       "(or record the finished points: --finished_only)")
     block = {key: value for key, value in point.overrides.items() if not is_seed(key)}
     name = row_of(block) if row_of else ",".join(p for p in point.name.split(",") if not is_seed(p.split("=")[0]))
     grouped.setdefault(name or "base", []).append({**row, "workdir": sweep.workdir(root, point)})
@@ -77,7 +81,7 @@ def summarize(grouped: dict[str, list[dict]], decode_cache_at: int = 0) -> tuple
                      if column.startswith(PREFIX)}, key=int)
   summaries = []
   for name, rows in grouped.items():
-    valid = [row["eval_bits_per_byte"] for row in rows]
+    valid = [kept_valid(row, "valid_bits_per_byte", "eval_bits_per_byte") for row in rows]
     summaries.append({
         "row": name, "seeds": len(rows), "valid": valid, "valid_mean": statistics.fmean(valid),
         "test": {c: statistics.fmean(row[PREFIX + c] for row in rows) for c in contexts},
@@ -88,6 +92,16 @@ def summarize(grouped: dict[str, list[dict]], decode_cache_at: int = 0) -> tuple
         "decode_cache_mib": decode_cache_mib(rows[0]["workdir"], decode_cache_at) if decode_cache_at else None,
         "xz": rows[0].get("xz_bits_per_byte")})
   return contexts, summaries
+
+
+def kept_valid(row: dict, metric: str, last_key: str) -> float:
+  """The valid `metric` of the checkpoint a run tested: its kept best (`train.keep_best`), else its last step's."""
+  return row["tested_value"] if row.get("tested_value") is not None and metric_kept(row) == metric else row[last_key]
+
+
+def metric_kept(row: dict) -> str | None:
+  """The kept metric of a point's run (its results.json's `tested_metric`)."""
+  return json.loads(pathlib.Path(row["workdir"], "results.json").read_text()).get("tested_metric")
 
 
 def table(contexts: list[str], summaries: list[dict], decode_cache_at: int = 0) -> tuple[list[str], list[list[str]]]:
@@ -205,6 +219,76 @@ def translation_table(sweep, rows: list[dict], curves: dict, root: str) -> tuple
   return headers, table_rows, points
 
 
+def last_step_bleu(workdir: str, results: dict) -> float | None:
+  """The test BLEU of a run's last step: the run's own where it tested its last step, else what `jformer evaluate
+  --split=test --checkpoint=latest` wrote into the workdir (None where that has not run)."""
+  if results.get("tested_step", results["step"]) == results["step"]:
+    return results["bleu"]
+  for path in sorted(pathlib.Path(workdir).glob("evaluate_test_*.json")):
+    written = json.loads(path.read_text())
+    if written.get("checkpoint_used") == "latest":
+      return written["bleu"]
+  return None
+
+
+def seeds_translation_table(sweep, grouped: dict[str, list[dict]]) -> tuple[list[str], list[list[str]], dict]:
+  """A translation sweep with seeds whose runs kept their best checkpoint (`train.keep_best`): (headers, one row per
+  group of seeds: the values its runs used of REPORT_KEYS, the test BLEU of the tested (kept) checkpoint (mean,
+  each seed, spread), the last step's (mean), the kept valid BLEU (mean), the tested steps, the last step's valid
+  and train loss (means); {row: its values and each seed's})."""
+  headers = ["row", *sweep.report_keys, "seeds", "test BLEU (kept)", "each seed", "seed spread",
+             "last step's test BLEU", "valid BLEU (kept)", "tested steps", "steps", "valid loss (last)",
+             "train loss (last)"]
+  table_rows, summaries = [], {}
+  for name, rows in grouped.items():
+    results = [json.loads(pathlib.Path(row["workdir"], "results.json").read_text()) for row in rows]
+    bleu = [r["bleu"] for r in results]
+    last = [last_step_bleu(row["workdir"], r) for row, r in zip(rows, results)]
+    summary = {"used": {key: used_value(rows[0]["workdir"], key) for key in sweep.report_keys},
+               "seeds": [used_value(row["workdir"], "train.seed") for row in rows],
+               "bleu": bleu, "bleu_mean": statistics.fmean(bleu), "last_step_bleu": last,
+               **{key: [r.get(key) for r in results] for key in ("tested_value", "tested_step", "step", "eval_loss",
+                                                                  "train_loss", "kept_history")}}
+    summaries[name] = summary
+    known = [x for x in last if x is not None]
+    table_rows.append([
+        name, *map(str, summary["used"].values()), str(len(rows)), f"{summary['bleu_mean']:.2f}",
+        " / ".join(f"{b:.2f}" for b in bleu), f"{max(bleu) - min(bleu):.2f}" if len(bleu) > 1 else "-",
+        f"{statistics.fmean(known):.2f}" + ("" if len(known) == len(last) else f" ({len(known)} of {len(last)})")
+        if known else "-",
+        f"{statistics.fmean(summary['tested_value']):.2f}",
+        " / ".join(str(s) for s in summary["tested_step"]), " / ".join(f"{s:,}" for s in summary["step"]),
+        f"{statistics.fmean(summary['eval_loss']):.4f}", f"{statistics.fmean(summary['train_loss']):.4f}"])
+  return headers, table_rows, summaries
+
+
+def plot_seeds_bleu(summaries: dict[str, dict], path: str, title: str):
+  """Each row's test BLEU per seed: the tested (kept) checkpoint's (dots, the mean a bar) and the last step's
+  (crosses)."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt
+
+  figure, ax = plt.subplots(figsize=(9, 0.5 * len(summaries) + 2))
+  positions = range(len(summaries))[::-1]
+  for y, (name, s) in zip(positions, summaries.items()):
+    ax.scatter(s["bleu"], [y] * len(s["bleu"]), color="tab:blue", s=22, label="kept checkpoint" if y == 0 else None)
+    last = [x for x in s["last_step_bleu"] if x is not None]
+    ax.scatter(last, [y - 0.15] * len(last), color="tab:orange", marker="x", s=22,
+               label="last step" if y == 0 else None)
+    ax.scatter([s["bleu_mean"]], [y], marker="|", s=300, color="black")
+  ax.set_yticks(list(positions), list(summaries))
+  ax.set(xlabel="test BLEU (dots: seeds of the kept checkpoint, bar: their mean; crosses: the last step)",
+         title=title)
+  ax.grid(axis="x", alpha=0.3)
+  ax.legend(fontsize="small")
+  figure.tight_layout()
+  figure.savefig(path, format="png", dpi=100)
+  plt.close(figure)
+  print(f"wrote {path}")
+
+
 def machine(args) -> dict:
   """`common.machine()` with the command that ran the sweep before the one that recorded it."""
   info = common.machine()
@@ -221,6 +305,8 @@ def main():
   parser.add_argument("--title", default="", help="the table's title (default: kept from --json)")
   parser.add_argument("--setup", default="", help="what was run (default: kept from --json)")
   parser.add_argument("--findings", default="", help="text file, one finding per line (default: kept from --json)")
+  parser.add_argument("--finished_only", action="store_true", help="record the finished points of a sweep with "
+                      "seeds (the others left out; say so in --setup)")
   parser.add_argument("--decode_cache_at", type=int, default=0, help="add the decode cache of one row of this many "
                       "positions per row (language models; 0: no such column)")
   args = parser.parse_args()
@@ -234,7 +320,12 @@ def main():
               else kept.get("findings", []))
   title = args.title or kept.get("title") or f"sweep {sweep.name}"
   report_rows, curves = report.collect(sweep, args.root)
-  if any(row.get("bleu") is not None for row in report_rows):  # translation: each point and its curves.
+  seeded = any(is_seed(key) for key in sweep.keys)
+  if seeded and any(row.get("bleu") is not None and row.get("tested_step") is not None for row in report_rows):
+    grouped = groups(sweep, report_rows, sweep.row_of, args.root, args.finished_only)  # seeds of kept checkpoints.
+    headers, rows, points = seeds_translation_table(sweep, grouped)
+    plot_seeds_bleu(points, args.figure, title)
+  elif any(row.get("bleu") is not None for row in report_rows):  # translation: each point and its curves.
     headers, rows, points = translation_table(sweep, report_rows, curves, args.root)
     named = {point.name: sweep.row_of(point.overrides) for point in sweep.points} if sweep.row_of else {}
     report.plot({named.get(name, name): curve for name, curve in curves.items()}, args.figure, title)
@@ -245,7 +336,8 @@ def main():
     best_of.plot(points, sweep.figure, args.figure, title)
     points = {f"{g['row']} {g['panel']} {g['x']}": g for g in points}
   else:
-    contexts, summaries = summarize(groups(sweep, report_rows, sweep.row_of, args.root), args.decode_cache_at)
+    contexts, summaries = summarize(groups(sweep, report_rows, sweep.row_of, args.root, args.finished_only),
+                                    args.decode_cache_at)
     headers, rows = table(contexts, summaries, args.decode_cache_at)
     plot(contexts, summaries, args.figure, title)
     points = {s["row"]: s for s in summaries}

@@ -18,6 +18,12 @@ not chosen on, it tied pre-LayerNorm (valid BLEU 16.69 and 13.30 against 16.98 a
 (16.21 and 11.85), though its valid loss rose over the last third there (configs/sweeps/demo_corpus_size.py;
 docs/results/sweeps.md). configs/transformer_base.py keeps the paper's block.
 
+The final test uses the checkpoint of the best valid BLEU (`train.keep_best="valid_bleu"`: 200 sentences of the
+valid split, evenly spaced, decoded as the test is, at every evaluation; jformer/train/selection.py), which
+`translate` and `evaluate` then load: on a small corpus the valid loss of a label-smoothed model is a poor guide to
+its translations (at 18k pairs it rose over the last third of the steps while BLEU held,
+configs/sweeps/demo_corpus_size.py). A time budget counts that decoding with the evaluations.
+
 The batch was chosen on the valid loss at equal steps with the post-norm block (configs/sweeps/demo_recipe.py):
 32 rows per step (a CPU's tokens/s hold at half the rows, so twice the updates).
 
@@ -47,6 +53,7 @@ def get_config():
   config.train.eval_every = 500  # Evaluations count against the budget.
   config.train.checkpoint_every = 500
   config.train.budget_minutes = 15.0  # Training steps planned from the measured step time (replaces train.steps).
+  config.train.keep_best = "valid_bleu"  # The final test uses the evaluation of the best valid BLEU (docstring).
   config.optimizer.cooldown_fraction = 0.2  # The last 20% of the planned steps: learning rate linearly to 0.
   model = config.model  # The modern block (docstring): +7.7 valid BLEU over the paper's at 1,350 steps.
   model.norm = "pre"  # x + Sublayer(Norm(x)), and a final norm.

@@ -68,6 +68,7 @@ def get_config():
   )
   train.log_every = 50
   train.eval_every = 100  # Valid bits per byte every 100 steps (evaluations count against the budget).
+  train.keep_best = "valid_bits_per_byte"  # The final test uses the evaluation of the best valid bits per byte.
   train.checkpoint_every = 100
   train.eval_lengths = (256, 512, 1024)  # Final test bits per byte at these contexts.
 

@@ -67,7 +67,8 @@ train.add_arguments = _train_arguments
 
 def _checkpoint_argument(parser):
   parser.add_argument("--checkpoint", default="auto",
-                      help="'auto' (averaged if present, else latest), 'averaged', 'latest' or a step number")
+                      help="'auto' (what the run tested: averaged if present, else its best by train.keep_best, else "
+                      "latest), 'averaged', 'best', 'latest' or a step number")
 
 
 def _read_lines(path: str, unit: str) -> list[str]:

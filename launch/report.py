@@ -26,10 +26,11 @@ from launch import sweep as sweep_lib
 # results.json keys shown, in this order (translation: bleu; language modelling: bits per byte, test at each
 # context of train.eval_lengths, valid, and the xz -9 baseline on valid).
 METRICS = ("step", "train_loss", "eval_loss", "averaged_eval_loss", "tested_params", "eval_accuracy",
-           "eval_perplexity", "bleu", "test_accuracy",
+           "tested_step", "tested_value", "eval_perplexity", "bleu", "test_accuracy",
            "test_exact_match", "test_bits_per_byte_at", "eval_bits_per_byte", "xz_bits_per_byte", "tokens_per_second",
            "step_temp_mib", "train_seconds")
-FORMATS = {"train_loss": "{:.4f}", "eval_loss": "{:.4f}", "averaged_eval_loss": "{:.4f}", "eval_accuracy": "{:.3f}", "eval_perplexity": "{:.2f}",
+FORMATS = {"tested_step": "{:d}", "tested_value": "{:.4g}",
+           "train_loss": "{:.4f}", "eval_loss": "{:.4f}", "averaged_eval_loss": "{:.4f}", "eval_accuracy": "{:.3f}", "eval_perplexity": "{:.2f}",
            "bleu": "{:.2f}", "test_bits_per_byte": "{:.3f}", "eval_bits_per_byte": "{:.3f}",
            "xz_bits_per_byte": "{:.3f}", "tokens_per_second": "{:,.0f}", "step_temp_mib": "{:,.1f}", "step": "{:d}",
            "test_accuracy": "{:.3f}", "test_exact_match": "{:.3f}", "train_seconds": "{:.0f}"}

@@ -125,14 +125,15 @@ def to_launch(workdir: str, steps: int) -> bool:
 
 
 def status(workdir: str, steps: int, *, now: float | None = None) -> str:
-  """done (results at `steps`, or at the steps its `train.budget_minutes` planned), failed (non-zero exit), stopped
+  """done (results at `steps`, or at the steps its `train.budget_minutes` planned, or ended by train.patience), failed (non-zero exit), stopped
   (exited 0 before the end, e.g. SIGTERM), running, killed (ended by a signal, or no exit status and its recorded pid
   is gone from this host: SIGKILL, OOM killer, scancel), lost (no exit status and, on another host, a SLURM job that
   squeue no longer lists or no heartbeat for LOST_AFTER_S seconds: its node died), or not started. A log with no exit
   status and no running.json (from a launcher before heartbeats) counts as running."""
   results = read_results(workdir)
   if (results is not None and results.get("finished", True)  # written before its final test: not done.
-      and results.get("step", 0) >= results.get("planned_steps", steps)):  # a time budget's plan.
+      and (results.get("step", 0) >= results.get("planned_steps", steps)  # a time budget's plan.
+           or results.get("stopped_by_patience"))):  # train.patience ended it (jformer/train/selection.py).
     return DONE
   code = exit_code(workdir)
   if code is not None:

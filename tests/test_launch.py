@@ -295,7 +295,7 @@ def test_example_sweeps_expand(repo_root, monkeypatch):
   monkeypatch.chdir(repo_root)
   post_ln_demo = {"model.norm": "post", "model.normalization": "layernorm", "model.activation": "relu",
                   "model.d_ff": 1024, "model.qk_norm": False, "model.use_bias": True, "optimizer.warmup_steps": 600,
-                  "optimizer.grad_clip_norm": 0.0}  # configs/demo.py before demo_slow_machine: the sweeps' pins.
+                  "optimizer.grad_clip_norm": 0.0, "train.keep_best": "none"}  # the demo before demo_slow_machine.
   variants = sweep.load("configs/sweeps/attention_variants.py")
   usable = [name for name in attention.available() if "decode" in attention.get(name).supports]
   assert [p.overrides["model.attention"] for p in variants.points] == usable and "splash" not in usable

@@ -17,11 +17,12 @@ left out for time.
 
 BASE = "configs/demo.py"
 STEPS = 1350  # The planned steps of the slowest README command 1 run recorded (0.62 s per step).
-# configs/demo.py's block and schedule before this sweep (the paper's block), pinned so that the rows keep their
-# meaning whatever the demo is now; configs/sweeps/demo_*.py that ran before it pin them too.
+# configs/demo.py's block and schedule before this sweep (the paper's block), and its test of the last step (before
+# train.keep_best), pinned so that the rows keep their meaning whatever the demo is now; configs/sweeps/demo_*.py
+# that ran before it pin them too.
 POST_LN_DEMO = {"model.norm": "post", "model.normalization": "layernorm", "model.activation": "relu",
                 "model.d_ff": 1024, "model.qk_norm": False, "model.use_bias": True, "optimizer.warmup_steps": 600,
-                "optimizer.grad_clip_norm": 0.0}
+                "optimizer.grad_clip_norm": 0.0, "train.keep_best": "none"}
 FIXED = {"train.budget_minutes": 0.0, "train.steps": STEPS, **POST_LN_DEMO}
 SLURM = {"nodes": 1, "gpus_per_node": 1, "time": "00:30:00"}
 PRE_LN = {"model.norm": "pre"}

@@ -5,8 +5,9 @@
   `max_to_keep`; restore into a template's structure, dtypes and shardings; `restore_params` reads only params.
 - `average_params(directory, last)`: the mean of the params of the last checkpoints (paper Sec. 6.1: 5 for
   base, 20 for big models); `save_params`/`load_params`: a params-only checkpoint for decoding.
-- `load_run_params(workdir, which)`: the parameters a decoder uses from a run's workdir (averaged, latest or a
-  step; `run_params` also says which); `checkpoints_dir` / `averaged_dir`: where the run keeps them.
+- `load_run_params(workdir, which)`: the parameters a decoder uses from a run's workdir (averaged, best, latest or a
+  step; by default what the run tested, `which_params`; `run_params` also says which); `checkpoints_dir` /
+  `averaged_dir` / `best_path`: where the run keeps them.
 - `integrity`: sha256 manifests written with every save and verified on restore (`CorruptCheckpointError`); a save
   that fails (e.g. a full disk) raises `CheckpointWriteError`.
 """
@@ -15,7 +16,9 @@ from jformer.checkpoint import shapes
 from jformer.checkpoint.averaging import average_params, load_params, save_params
 from jformer.checkpoint.integrity import CorruptCheckpointError
 from jformer.checkpoint.manager import Checkpointer, CheckpointWriteError, abstract_state
-from jformer.checkpoint.workdir import averaged_dir, checkpoints_dir, load_run_params, run_params
+from jformer.checkpoint.workdir import (averaged_dir, best_path, checkpoints_dir, load_run_params, read_best,
+                                       run_params, which_params)
 
 __all__ = ["Checkpointer", "CheckpointWriteError", "CorruptCheckpointError", "abstract_state", "average_params",
-           "averaged_dir", "checkpoints_dir", "load_params", "load_run_params", "run_params", "save_params", "shapes"]
+           "averaged_dir", "best_path", "checkpoints_dir", "load_params", "load_run_params", "read_best", "run_params",
+           "save_params", "shapes", "which_params"]

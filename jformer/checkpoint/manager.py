@@ -158,10 +158,11 @@ class Checkpointer:
     """Whether `save(step, ...)` (without `force`) would write checkpoint `step` (see `save`)."""
     return not self._read_only and self._manager.should_save(_as_step(step))
 
-  def keep(self, steps: Sequence[int]) -> None:
-    """Never deletes checkpoints at `steps` (beside the newest `max_to_keep`), e.g. those a run will average;
-    replaces the steps a previous call kept (they are then deleted at the next save, if not among the newest)."""
-    self._kept.steps = frozenset(int(step) for step in steps)
+  def keep(self, steps: Sequence[int], *, why: str = "averaging") -> None:
+    """Never deletes checkpoints at `steps` (beside the newest `max_to_keep`), e.g. those a run will average
+    (`why="averaging"`) or its best (`why="best"`); replaces the steps a previous call with the same `why` kept
+    (they are then deleted at the next save, if not among the newest nor kept for another reason)."""
+    self._kept.steps[why] = frozenset(int(step) for step in steps)
 
   def reached_preemption(self, step: int) -> bool:
     """True at the step every process agreed to save at after one of them received a preemption notice
@@ -376,14 +377,16 @@ class Checkpointer:
 
 
 class _KeptSteps:
-  """An Orbax preservation policy: the checkpoints at `steps` are kept (`Checkpointer.keep`)."""
+  """An Orbax preservation policy: the checkpoints at `steps` (kept steps by why they are kept) are kept
+  (`Checkpointer.keep`)."""
 
   def __init__(self):
-    self.steps = frozenset()
+    self.steps: dict[str, frozenset] = {}
 
   def should_preserve(self, checkpoints: Sequence[Any], *, context: Any) -> list[bool]:
     del context
-    return [checkpoint.step in self.steps for checkpoint in checkpoints]
+    kept = frozenset().union(*self.steps.values())
+    return [checkpoint.step in kept for checkpoint in checkpoints]
 
 
 def abstract_state(template: Any) -> Any:

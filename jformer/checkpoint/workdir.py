@@ -3,12 +3,15 @@
     <workdir>/checkpoints/   the training state every `train.checkpoint_every` steps (`Checkpointer`)
     <workdir>/averaged/      the mean parameters of the last checkpoints (`save_params`; `jformer average-checkpoints`
                              or `train.average_checkpoints`)
+    <workdir>/best.json      the step of the best checkpoint by `train.keep_best`'s valid metric, kept among the
+                             checkpoints (`jformer.train.selection` writes it)
 
 `workdir` is a local folder or any `etils.epath` path (gs://bucket/run).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from etils import epath
@@ -29,10 +32,40 @@ def averaged_dir(workdir: epath.PathLike) -> epath.Path:
   return epath.Path(workdir) / "averaged"
 
 
-def load_run_params(workdir: epath.PathLike, which: str = "auto", *, model=None) -> Any:
-  """Parameters of a run: 'averaged' (<workdir>/averaged), 'latest', a step number, or 'auto' (averaged if any).
+def best_path(workdir: epath.PathLike) -> epath.Path:
+  """`<workdir>/best.json`: the run's best checkpoint by its kept metric (`jformer.train.selection`)."""
+  return epath.Path(workdir) / "best.json"
 
-  With `model`, the parameters must fit it (`shapes.difference`): 'auto'/'latest' skip newer steps that do not (one
+
+def read_best(workdir: epath.PathLike) -> dict:
+  """`best.json` of the run in `workdir` ({} when it keeps no best checkpoint): the metric, and the step and value of
+  its best evaluation (None before the first)."""
+  path = best_path(workdir)
+  return json.loads(path.read_text()) if path.exists() else {}
+
+
+def which_params(workdir: epath.PathLike, which: str = "auto") -> str:
+  """What `load_run_params(workdir, which)` loads: 'averaged', 'latest' or a step number (as text). 'auto' is what
+  the run tested: its averaged parameters if any, else its best checkpoint (`train.keep_best`), else the latest;
+  'best' is the step of the best checkpoint."""
+  if which == "auto" and averaged_dir(workdir).is_dir():
+    return "averaged"
+  if which in ("auto", "best"):
+    best = read_best(workdir).get("step")
+    if best is not None:
+      return str(best)
+    if which == "best":
+      raise FileNotFoundError(f"the run in {workdir} kept no best checkpoint ({best_path(workdir)} names none: "
+                              "train.keep_best='none', or no evaluation yet); use --checkpoint=latest")
+    return "latest"
+  return which
+
+
+def load_run_params(workdir: epath.PathLike, which: str = "auto", *, model=None) -> Any:
+  """Parameters of a run: 'averaged' (<workdir>/averaged), 'best' (its best checkpoint by `train.keep_best`),
+  'latest', a step number, or 'auto' (what the run tested: `which_params`).
+
+  With `model`, the parameters must fit it (`shapes.difference`): 'latest' skips newer steps that do not (one
   warning), averaged parameters or a named step that do not are refused in one line naming what differs.
   """
   return run_params(workdir, which, model=model)[0]
@@ -42,8 +75,9 @@ def run_params(workdir: epath.PathLike, which: str = "auto", *, model=None) -> t
   """(`load_run_params`'s parameters, which they are: 'step N of <workdir>/checkpoints' or 'the averaged parameters
   in <workdir>/averaged'), so that a command can say what it decodes with."""
   wanted = None if model is None else shapes.expected(param_shapes(model))
+  which = which_params(workdir, which)
   averaged = averaged_dir(workdir)
-  if which == "averaged" or (which == "auto" and averaged.is_dir()):
+  if which == "averaged":
     params = load_params(averaged)
     if wanted is not None and (problem := shapes.difference(wanted, params)):
       raise ValueError(f"the averaged parameters in {averaged} do not fit this model: {problem}; average again "
@@ -57,6 +91,6 @@ def run_params(workdir: epath.PathLike, which: str = "auto", *, model=None) -> t
     if checkpointer.latest_step() is None:
       raise FileNotFoundError(f"no checkpoints in {checkpointer.directory}; train first (jformer train "
                               f"--workdir={workdir}), or let the run reach its first train.checkpoint_every step.")
-    params, step = checkpointer.restore_params_and_step(None if which in ("auto", "latest") else int(which),
+    params, step = checkpointer.restore_params_and_step(None if which == "latest" else int(which),
                                                         params=wanted)
     return params, f"step {step} of {checkpointer.directory}"

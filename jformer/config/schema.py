@@ -15,6 +15,7 @@ import ml_collections
 
 from jformer import axes, data, parallel
 from jformer.decode.search import METHODS
+from jformer.tasks.metrics import KEPT_METRICS, NO_KEPT_METRIC
 from jformer.models.config import TransformerConfig
 from jformer.schema import Field, Registered, Spec, field, fields
 
@@ -107,6 +108,14 @@ class TrainSection:
                                    "the mean where its valid loss is no higher than the last step's.", at_least=0)
   average_span: float = field(0.0, "Save the N averaged checkpoints evenly over this last fraction of the steps "
                               "(0 = the last N saved every checkpoint_every).", at_least=0)
+  keep_best: str = field(NO_KEPT_METRIC, "Keep the checkpoint of the best value of this valid metric, scored at "
+                         "every evaluation, beside the latest (never deleted); the final test, translate, evaluate and "
+                         "generate use it ('none' = the last step); jformer/train/selection.py.",
+                         choices=(NO_KEPT_METRIC, *KEPT_METRICS))
+  valid_bleu_examples: int = field(200, "keep_best='valid_bleu': valid sentences decoded (as the test is) at each "
+                                   "evaluation, evenly spaced over the split, the same each time.", at_least=1)
+  patience: int = field(0, "End the run after this many evaluations without a gain in train.keep_best's metric; "
+                        "0 = off.", at_least=0)
   eval_lengths: tuple = field((), "LM: context lengths (tokens) of the final test bits per byte; () = "
                               "data.max_length.")
   profile_steps: tuple = field((), "(a, b): write a jax.profiler trace of steps a to b into "

@@ -13,6 +13,7 @@ from jformer.decode.search import check_options
 from jformer.models import surgery
 from jformer.models.config import TransformerConfig
 from jformer.schema import check_value
+from jformer.tasks.metrics import NO_KEPT_METRIC
 
 
 # `validate(config, backend=THIS_MACHINE)`: the backend JAX will start on this machine (`runtime.expected_backend`,
@@ -92,6 +93,7 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
   if train.average_span and not (train.average_span < 1 and train.average_checkpoints >= 2):
     problems.append(f"train.average_span={train.average_span} needs a fraction below 1 and "
                     f"train.average_checkpoints >= 2 (now {train.average_checkpoints})")
+  problems += _kept_problems(config, task)
   if config.optimizer.cooldown_fraction > 0.5:
     problems.append(f"optimizer.cooldown_fraction={config.optimizer.cooldown_fraction} is not in [0, 0.5]: the "
                     "cool-down must start after a time budget's planning steps (0 = off)")
@@ -135,6 +137,28 @@ def _sequence_problems(config: ml_collections.ConfigDict, model: TransformerConf
   if whole_row:
     problems.append(f"{split}, and attention {whole_row} reads captured tensors or absolute positions that a share "
                     "of the row does not hold; use another variant for those layers, or parallel.sequence=1")
+  return problems
+
+
+def _kept_problems(config: ml_collections.ConfigDict, task) -> list[str]:
+  """`train.keep_best` against the task's kept metrics, decoding and checkpoint averaging; `train.patience` without
+  a kept metric."""
+  train, problems = config.train, []
+  if train.keep_best == NO_KEPT_METRIC:
+    if train.patience:
+      problems.append(f"train.patience={train.patience} counts evaluations without a gain in train.keep_best's "
+                      "metric, which is 'none'; set train.keep_best (e.g. 'valid_loss') or train.patience=0")
+    return problems
+  if train.keep_best not in task.task.kept_metrics:
+    problems.append(f"train.keep_best='{train.keep_best}' is not a metric of model.architecture="
+                    f"'{config.model.architecture}'; it keeps {', '.join(task.task.kept_metrics)} (or 'none')")
+  elif train.keep_best == "valid_bleu" and (refusal := TransformerConfig.from_config(config.model).attention_refusal(
+      decoding=True)):
+    problems.append(f"train.keep_best='valid_bleu' decodes at every evaluation, but {refusal}; keep 'valid_loss'")
+  if train.average_checkpoints:
+    problems.append(f"train.keep_best='{train.keep_best}' and train.average_checkpoints="
+                    f"{train.average_checkpoints} both choose the parameters the final test uses; set "
+                    "train.keep_best='none' or train.average_checkpoints=0")
   return problems
 
 

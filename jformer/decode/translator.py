@@ -119,6 +119,12 @@ class Translator:
     self.decode_options = decode_options
     self._decode = self.parallel.map_rows(self._decode_rows)
 
+  def use_params(self, params) -> Translator:
+    """Decodes with `params` from now on, with the programs already compiled (the parameters are an argument of
+    them): a run's BLEU at every evaluation compiles once."""
+    self.params = self.parallel.replicate(params)
+    return self
+
   def _decode_rows(self, shared, rows, *, max_decode_len: int):
     """One device's share: `rows` = (source ids [b, S], sentence indices [b]) -> output ids [b, max_decode_len]."""
     params, rng = shared

@@ -12,6 +12,8 @@ The train loop (`jformer.train.loop`) and `jformer evaluate` (`jformer.train.eva
     task = make_task(config, workdir, tokenizer)       # task.datasets: this host's (.train, .describe(max_length))
     metrics = task.evaluate(eval_step, params, "valid")  # {name: float}, logged as eval/<name>
     task.eval_line(metrics)                            # 'loss 2.3456 | accuracy 0.512 | perplexity 10.44'
+    task.kept_metrics, task.kept_value(name, metrics, model, host_params)  # what train.keep_best may keep, and
+                                                       # its value at an evaluation (valid BLEU decodes a sample)
     task.test_every, task.test(model, params)          # periodic test during training (BLEU; none for an LM)
     task.final_results(model, params, eval_step)       # results.json entries of a finished run
     task.final_scalars(results)                        # of those, the TensorBoard test/ scalars

@@ -12,7 +12,7 @@ from jformer import data
 from jformer.data.baselines import xz_bits_per_byte
 from jformer.models import LanguageModel
 from jformer.parallel import say
-from jformer.tasks.metrics import bits_per_byte, eval_sums, per_host, token_metrics
+from jformer.tasks.metrics import bits_per_byte, eval_sums, kept_value, per_host, token_metrics
 from jformer.tasks.registry import register
 
 
@@ -26,6 +26,7 @@ class LanguageModelTask:
   source's together; each source's bits per byte is reported too (`bits_per_byte/<source>`).
   """
   test_every = 0  # nothing to decode during training.
+  kept_metrics = ("valid_loss", "valid_bits_per_byte")  # `train.keep_best` may name these.
 
   def __init__(self, config, datasets):
     """`datasets`: an `LMDatasets` (`data.make_lm_datasets`) or anything with its `eval_batches`, `split_bytes`
@@ -66,6 +67,8 @@ class LanguageModelTask:
     return (f"loss {metrics['loss']:.4f} | accuracy {metrics['accuracy']:.3f} | perplexity "
             f"{metrics['perplexity']:.2f} | bits per byte {metrics['bits_per_byte']:.4f}"
             + (f" ({each})" if each else ""))
+
+  kept_value = staticmethod(kept_value)
 
   def xz_baseline(self) -> float:
     """Bits per byte of `xz -9` on the valid split given the train split (seconds on a few MB)."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from jformer import data
 from jformer.models import LanguageModel
 from jformer.parallel import say
-from jformer.tasks.metrics import eval_sums, per_host, token_metrics
+from jformer.tasks.metrics import eval_sums, kept_value, per_host, token_metrics
 from jformer.tasks.registry import register
 
 
@@ -28,6 +28,7 @@ def answer_metrics(sums: dict) -> dict:
 class SyntheticTask:
   """A synthetic task for a decoder-only model: loss, answer accuracy and exact match on generated examples."""
   test_every = 0  # nothing to decode during training.
+  kept_metrics = ("valid_loss",)  # `train.keep_best` may name these.
 
   def __init__(self, config, datasets: data.SyntheticDatasets):
     self.config, self.datasets = config, datasets
@@ -49,6 +50,8 @@ class SyntheticTask:
   def eval_line(metrics: dict) -> str:
     return (f"answer loss {metrics['loss']:.4f} | answer accuracy {metrics['accuracy']:.3f} | exact match "
             f"{metrics['exact_match']:.3f}")
+
+  kept_value = staticmethod(kept_value)
 
   def final_results(self, model, params, eval_step) -> dict:
     """The test split's answer loss, accuracy and exact match."""

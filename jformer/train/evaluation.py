@@ -24,7 +24,8 @@ SPLITS = ("valid", "test")
 
 def evaluate_run(workdir: epath.PathLike, overrides: dict | None = None, *, split: str = "valid",
                  which: str = "auto") -> tuple[dict, epath.Path]:
-  """Scores the run in `workdir` with the parameters `which` names (`checkpoint.load_run_params`) on `split`.
+  """Scores the run in `workdir` with the parameters `which` names (`checkpoint.load_run_params`; recorded with what
+  it resolved to, `checkpoint_used`: 'averaged', 'latest' or a step) on `split`.
 
   `overrides` may change `config.EVAL_KEYS` (data.max_length, up to model.max_length) and the keys a run may change
   (decode settings, eval batch size); other run keys are refused. Runs on this host's devices (one process).
@@ -40,7 +41,8 @@ def evaluate_run(workdir: epath.PathLike, overrides: dict | None = None, *, spli
   task = tasks.make_task(config, workdir, data.load_tokenizer(config, workdir))
   step = jax.jit(make_eval_step(model))
   results = task.score_split(model, params, lambda p, batch: jax.device_get(step(p, batch)), split)
-  results = {"split": split, "max_length": config.data.max_length, "checkpoint": which, **results}
+  results = {"split": split, "max_length": config.data.max_length, "checkpoint": which,
+             "checkpoint_used": checkpoint.which_params(workdir, which), **results}
   path = epath.Path(workdir) / f"evaluate_{split}_{config.data.max_length}.json"
   write_json(path, results)
   return results, path
@@ -50,4 +52,6 @@ def result_line(results: dict) -> str:
   """One line of `evaluate_run`'s results, e.g. 'test at 256 tokens: loss 2.1 | ... | bits per byte 1.23'."""
   values = " | ".join(f"{key.replace('_', ' ')} {value:.4f}" for key, value in results.items()
                       if isinstance(value, float) and key not in ("decode_seconds",))
-  return f"{results['split']} at {results['max_length']} tokens ({results['checkpoint']} checkpoint): {values}"
+  which, used = results["checkpoint"], results.get("checkpoint_used", results["checkpoint"])
+  label = which if used in (which, "latest") else f"{which}: {f'step {used}' if used.isdigit() else used}"
+  return f"{results['split']} at {results['max_length']} tokens ({label} checkpoint): {values}"

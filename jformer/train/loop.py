@@ -34,7 +34,7 @@ from jformer import checkpoint, coordination, data, paths, tasks
 from jformer import config as config_lib
 from jformer.models.summary import param_shapes
 from jformer.parallel import say
-from jformer.train import averaging, initialize, transfer, workdir_lock
+from jformer.train import averaging, initialize, selection, transfer, workdir_lock
 from jformer.train.budget import Budget, stored_plan
 from jformer.train.cost import StepCost, StepProfile, peak_memory
 from jformer.train.preemption import Preempted, Preemption, stop_at_once
@@ -111,7 +111,8 @@ def finished_results(config, workdir: epath.PathLike) -> dict | None:
   total = stored_plan(config, workdir).get("planned_steps") if config.train.budget_minutes else config.train.steps
   if not results or total is None or not results.get("finished", True):
     return None
-  return results if results.get("step", 0) >= total else None
+  ended = results.get("stopped_by_patience") and selection.patience_ended(config.train, workdir)
+  return results if results.get("step", 0) >= total or ended else None
 
 
 def write_config(config, workdir: epath.PathLike) -> None:
@@ -209,10 +210,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
         checkpointer.keep(steps)
     return averaging_at
 
+  kept = selection.KeptBest(config.train, task, workdir, checkpointer)  # train.keep_best, train.patience.
   progress = Progress(workdir, budget.total_steps, start_step, cost, getattr(datasets, "tokens_by_source", None))
   profile = StepProfile(workdir, config.train.profile_steps, progress.paused)  # a jax.profiler trace of steps.
   # Every phase's results merge into what the run wrote before (a rerun after the training finished only tests).
-  results = {**read_results(workdir), "step": start_step, "finished": False,
+  results = {**read_results(workdir), "step": start_step, "finished": False, "stopped_by_patience": False,
              "skipped_updates": int(runner.checkpoint_view(state).skipped_updates)}
   totals, unread = runner.new_totals(), start_step + 1  # metrics of steps unread..step, summed on device.
   step = start_step
@@ -222,9 +224,10 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
     def evaluate(step, log=True):  # the valid split's metrics, logged and in the results unless log is False.
       with progress.paused():
         metrics = task.evaluate(runner.eval_step, state.params, "valid")
+        metrics.update(kept.score(metrics, model, lambda: runner.host_params(state)))
       if log:
         results.update({f"eval_{k}": v for k, v in metrics.items()})
-        say(f"eval step {step}: {task.eval_line(metrics)}")
+        say(f"eval step {step}: {task.eval_line(metrics)}{kept.observe(step)}")
         progress.scalars(step, metrics, prefix="eval/")
 
     while budget.total_steps is None or step < budget.total_steps:
@@ -253,7 +256,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
       test_now = not preempted and task.test_every and step % task.test_every == 0 and not last
       averaged = step in averaging_steps()
       save = preempted or last or averaged or checkpointer.should_save(step)
-      if log or evaluate_now or test_now or save:  # the step loop's one host round trip.
+      if log or evaluate_now or test_now or save or kept.step == step:  # the step loop's one host round trip.
         read = runner.read_totals(totals)
         results["skipped_updates"] = check_update(read, unread, step, config.train.skip_nonfinite_updates,
                                                   checkpointer)
@@ -265,19 +268,27 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
                        **{f"train_{k}": v for k, v in averages.items() if k.startswith("tokens/")})
       if evaluate_now:
         evaluate(step)
+      stopping = not last and kept.exhausted()  # train.patience: the run ends here.
+      if stopping:
+        say(kept.stop_line(step))
+        results["stopped_by_patience"] = last = True
+      best_now = kept.step == step  # a gain at this step's evaluation: its checkpoint is kept.
       if test_now:
         with progress.paused():
           progress.scalars(step, task.test(model, runner.host_params(state)), prefix="test/")
       if last:
         results.update(budget.results())  # the budget's time ends here: the final save and test are outside.
-      if save:
+      if save or best_now or last:
         with progress.paused():
-          checkpointer.save(step, runner.checkpoint_view(state), datasets.train, force=preempted or last or averaged)
+          checkpointer.save(step, runner.checkpoint_view(state), datasets.train,
+                            force=preempted or last or averaged or best_now)
       if preempted:
         checkpointer.wait()
         say(f"preempted: saved step {step} to {checkpointer.directory}; rerun the same command to resume")
         results["preempted"] = True
         return results
+      if stopping:
+        break
     checkpointer.wait()
     results["step"] = step
     trained = step > start_step
@@ -290,7 +301,8 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
     preemption.check("before the final test")
     if not trained:  # a rerun that only tests: this start's config recorded as a training start's is.
       write_config(config, workdir)
-    params = runner.host_params(state)
+    params, kept_results = kept.choose(step, runner.host_params(state))  # train.keep_best's step, or the last.
+    results.update(kept_results)
     if config.train.average_checkpoints > 1:
       if "eval_loss" not in results:  # a run whose last step's evaluation is not in its results.
         evaluate(step)

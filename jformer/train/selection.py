@@ -1,0 +1,152 @@
+"""The best checkpoint by a valid metric (`train.keep_best`) and early stopping (`train.patience`): fairseq's
+`checkpoint_best.pt` (`--best-checkpoint-metric`, `--maximize-best-checkpoint-metric`) and `--patience`.
+
+At every evaluation the loop logs (every `train.eval_every` steps, the last step, a time budget's planning step) the
+run scores its kept metric (`task.kept_value`): the valid loss or bits per byte of that evaluation, or the valid BLEU
+of `train.valid_bleu_examples` sentences of the valid split, decoded as the test is (`TranslationTask.valid_bleu`).
+A value strictly better than the best so far makes the step the best: the loop saves its checkpoint (whatever
+`train.checkpoint_every` says), and the Checkpointer keeps it beside the newest `train.keep_checkpoints`, which never
+delete it, until a better step replaces it. `<workdir>/best.json` holds the metric and every evaluation's value, the
+best among them named (`checkpoint.read_best`), so a resumed run (from its latest checkpoint) keeps both and goes on
+counting.
+
+The final test uses the best step's parameters (the last step's where it is the best); `translate`, `evaluate`,
+`generate` and `visualize-attention` load them by default (`--checkpoint=auto`; `--checkpoint=latest` for the last
+step). results.json names the tested step, its metric and value, and why (`tested_step`, `tested_metric`,
+`tested_value`, `tested_why`), with every evaluation's value (`kept_history`).
+
+Patience: after `train.patience` evaluations in a row without a gain the run ends at that step (saved, then tested
+as above), and one line says why; results.json has `stopped_by_patience`. A run the time budget ends first ends as
+planned, its cool-down included. Rerunning a run that patience ended does nothing, unless train.patience is raised:
+then it trains on from there.
+
+Cost: the valid BLEU decodes at every evaluation, inside the evaluation a time budget times (`jformer.train.budget`),
+so the plan counts it; results.json has its median seconds per evaluation (`kept_metric_seconds`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any, Callable
+
+from etils import epath
+
+from jformer import checkpoint
+from jformer.parallel import say
+from jformer.tasks.metrics import KEPT_METRICS, NO_KEPT_METRIC
+from jformer.train.progress import write_json
+
+
+def best_of(history: list[list], higher_is_better: bool) -> tuple[int | None, float | None, int]:
+  """(best step, its value, evaluations after it) of `history` ([step, value] in order): the first evaluation of the
+  best value wins (a later tie is no gain)."""
+  best_step = best_value = None
+  since = 0
+  for step, value in history:
+    if best_value is None or (value > best_value if higher_is_better else value < best_value):
+      best_step, best_value, since = step, value, 0
+    else:
+      since += 1
+  return best_step, best_value, since
+
+
+def patience_ended(train_config, workdir: epath.PathLike) -> bool:
+  """Whether the run in `workdir` has had `train.patience` evaluations in a row without a gain (its best.json)."""
+  state = checkpoint.read_best(workdir)
+  if not train_config.patience or state.get("metric") != train_config.keep_best:
+    return False
+  return best_of(state["history"], KEPT_METRICS[state["metric"]])[2] >= train_config.patience
+
+
+class KeptBest:
+  """The run's best checkpoint by `train.keep_best` and its patience (module docstring); inactive with 'none'.
+
+  The loop calls `score` in each evaluation (its extra metrics, e.g. {"bleu": ...}), `observe` when the evaluation is
+  logged, saves the step when `step` names it, stops when `exhausted`, and tests what `choose` gives.
+  """
+
+  def __init__(self, train_config, task, workdir: epath.PathLike, checkpointer: checkpoint.Checkpointer):
+    self.metric, self.patience = train_config.keep_best, train_config.patience
+    self.active = self.metric != NO_KEPT_METRIC
+    self.higher_is_better = KEPT_METRICS.get(self.metric, False)
+    self.task, self.workdir, self.checkpointer = task, workdir, checkpointer
+    self.history: list[list] = []  # [step, value] of every logged evaluation.
+    self.step: int | None = None  # the best step so far (None before the first evaluation).
+    self.seconds: list[float] = []  # what scoring took, per evaluation.
+    self._value = None  # the last score.
+    if self.active:
+      self._resume()
+
+  def _resume(self):
+    """Reads best.json: the evaluations up to the latest checkpoint (later ones are trained again), its best kept."""
+    state = checkpoint.read_best(self.workdir)
+    if not state:
+      return
+    if state["metric"] != self.metric:
+      say(f"keep_best: {checkpoint.best_path(self.workdir)} kept '{state['metric']}', this run keeps "
+          f"'{self.metric}': the best checkpoint is chosen afresh from the next evaluation")
+      return
+    latest = self.checkpointer.latest_step() or 0
+    self.history = [entry for entry in state["history"] if entry[0] <= latest]
+    best = best_of(self.history, self.higher_is_better)[0]
+    if best is not None and best not in self.checkpointer.all_steps():
+      say(f"keep_best: the best checkpoint, step {best}, is not in {self.checkpointer.directory}: the best "
+          "checkpoint is chosen afresh from the next evaluation")
+      self.history = []
+    elif best is not None:
+      self.step = best
+      self.checkpointer.keep([best], why="best")
+
+  def score(self, metrics: dict, model, host_params: Callable[[], Any]) -> dict:
+    """The kept metric of an evaluation whose valid `metrics` are given, as extra metrics to log (none where it is
+    one of them, e.g. {"bleu": 31.2} for valid_bleu); `host_params()` gives the parameters to decode with."""
+    if not self.active:
+      return {}
+    start = time.perf_counter()
+    self._value = float(self.task.kept_value(self.metric, metrics, model, host_params))
+    self.seconds.append(time.perf_counter() - start)
+    key = self.metric.removeprefix("valid_")
+    return {} if key in metrics else {key: self._value}
+
+  def observe(self, step: int) -> str:
+    """Records the last `score` as step `step`'s; on a gain keeps the step and writes best.json. Returns what the
+    evaluation's log line adds, e.g. ' | valid_bleu 31.20 (best: kept)'."""
+    if not self.active:
+      return ""
+    self.history.append([step, self._value])
+    best, value, since = best_of(self.history, self.higher_is_better)
+    self.step = best
+    write_json(checkpoint.best_path(self.workdir), {"metric": self.metric, "step": best, "value": value,
+                                                     "history": self.history})
+    if best == step:
+      self.checkpointer.keep([step], why="best")
+      return f" | {self.metric} {self._value:.4g} (best: kept)"
+    waited = f"; {since} of train.patience={self.patience} without a gain" if self.patience else ""
+    return f" | {self.metric} {self._value:.4g} (best {value:.4g} at step {best}{waited})"
+
+  def exhausted(self) -> bool:
+    """Whether `train.patience` evaluations in a row have brought no gain."""
+    return bool(self.active and self.patience and self.history
+                and best_of(self.history, self.higher_is_better)[2] >= self.patience)
+
+  def stop_line(self, step: int) -> str:
+    _, value, since = best_of(self.history, self.higher_is_better)
+    return (f"patience: no gain in {self.metric} over the last {since} evaluations (train.patience={self.patience}; "
+            f"best {value:.4g} at step {self.step}): the run ends at step {step}")
+
+  def choose(self, last_step: int, last_params: Any) -> tuple[Any, dict]:
+    """(the parameters the final test uses, results.json entries): the best step's, or `last_params` where the last
+    step is the best (or there is no kept metric)."""
+    if not self.active or self.step is None:
+      return last_params, {}
+    best, value, _ = best_of(self.history, self.higher_is_better)
+    why = (f"the best {self.metric} of {len(self.history)} evaluations (train.keep_best)" if best != last_step
+           else f"the last step has the best {self.metric} of {len(self.history)} evaluations (train.keep_best)")
+    say(f"keep_best: the final test uses step {best}: {why}, {value:.4g}")
+    params = last_params if best == last_step else self.checkpointer.restore_params(best)
+    results = {"tested_step": best, "tested_metric": self.metric, "tested_value": value, "tested_why": why,
+               "tested_params": "best", "kept_history": self.history}
+    if self.seconds:
+      results["kept_metric_seconds"] = statistics.median(self.seconds)  # the median: the first call compiles.
+    return params, results
