@@ -53,7 +53,8 @@ def test_flex_plugin_learns_in_every_attention_and_decodes_with_the_cache_as_the
   np.testing.assert_allclose(decode_step_by_step(model, params, encoded, x, y, jit=True), full, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", [pytest.param("forgetting_transformer"),
+# Through a whole model: the integration tier (the mods' own decoding and packing: test_attention_flex.py, by default).
+@pytest.mark.parametrize("name", [pytest.param("forgetting_transformer", marks=pytest.mark.integration),
                                   pytest.param("learned_alibi", marks=pytest.mark.slow)])
 def test_flex_plugin_in_a_layer_pattern_generates_from_the_cache_as_the_full_forward(flex_plugins, name):
   """A language model alternating the plug-in's layers with softmax layers (`model.layer_kinds`): the prompt fed at
@@ -63,6 +64,7 @@ def test_flex_plugin_in_a_layer_pattern_generates_from_the_cache_as_the_full_for
       "model.layer_kinds": kinds, "model.layer_pattern": ("flex", "softmax"), "model.positional": "none"}))
 
 
+@pytest.mark.integration
 def test_forgetting_transformer_packed_rows_equal_separate_examples(flex_plugins):
   """A language model's packed row (two documents and padding, positions restarting at 0) gives each document's
   logits alone: the capture's sum over the whole row differs from each document's own by a constant inside it."""
