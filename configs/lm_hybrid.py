@@ -5,7 +5,7 @@
 
 `configs/lm_demo.py` (d_model 256, rows of 256 tokens from the bundled English text) with the 6 decoder layers of
 `configs/lm_local_global.py` in the pattern linear, linear, softmax: kernelized linear attention (Katharopoulos et
-al. 2020; `jformer attention list`) in two layers of three, exact softmax attention in the third, the hybrid that
+al. 2020; `jformer list attention`) in two layers of three, exact softmax attention in the third, the hybrid that
 Based (Arora et al. 2024) and Jamba-style stacks use so that a few softmax layers do the precise recall linear
 attention cannot. Rotary positions of base 10,000 in every layer.
 """

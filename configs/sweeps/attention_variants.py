@@ -1,4 +1,4 @@
-"""Every registered attention variant (`jformer attention list`) on configs/small.py (the demo's model and data,
+"""Every registered attention variant (`jformer list attention`) on configs/small.py (the demo's model and data,
 fixed recipe), 100 steps each.
 
     python -m launch --sweep=configs/sweeps/attention_variants.py          # here, one point after another

@@ -10,7 +10,7 @@ the curves), training tokens/s, and `step_temp_mib`, the compiled train step's t
 `memory_analysis()`, per device). Paper Sec. 3.2.1 says dot-product attention is faster and more space-efficient
 than additive attention, the two perform alike for small d_k, and additive beats dot products without the
 1/sqrt(d_k) scale for larger d_k (here d_k = 64); `general` and `cosine` are two learned alternatives
-(`jformer attention list`).
+(`jformer list attention`).
 
 configs/small.py (the demo's data, vocabulary and model; batch 64 x 64, warm-up 300, no dropout) with
 `train.steps` reduced from 600 to 300 (the end of the warm-up: the points are compared early in training, not

@@ -88,7 +88,7 @@ class AttentionVariant:
       test matrix checks `fn` against: by default the weights times the values.
     example_options: options that make it run at test sizes (the tests use them all; sweeps and benchmarks take
       only the values of required options from them, `runnable_options`).
-    doc: one line for `jformer attention list`.
+    doc: one line for `jformer list attention`.
     platforms: the JAX backends it is built for (e.g. {"gpu"}: a cuDNN or Triton kernel), None for any; elsewhere
       it may refuse (cuDNN) or run slowly (a Pallas kernel in the interpreter).
     limits: `limits(query, key, value, **masking) -> str | None`: why it cannot run a call of these shapes,

@@ -40,11 +40,11 @@ def validate(config: ml_collections.ConfigDict, backend: str | None = THIS_MACHI
   if problems:  # the checks below read these values.
     raise ValueError("invalid config: " + "; ".join(problems))
   model = TransformerConfig.from_config(config.model)
-  problems = _combinations(config) + _sequence_problems(config, model)
   refusal = model.kernel_refusal(encoder_decoder=tasks.get(config.model.architecture).pairs,
                                  backend=runtime.expected_backend() if backend == THIS_MACHINE else backend)
-  if refusal:
-    problems.append(refusal)
+  if refusal:  # the variant cannot run here at all: its fix first and alone, not what else it would not support.
+    raise ValueError("invalid config: " + refusal)
+  problems = _combinations(config) + _sequence_problems(config, model)
   if problems:
     raise ValueError("invalid config: " + "; ".join(problems))
   return model

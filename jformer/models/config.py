@@ -103,7 +103,7 @@ class TransformerConfig:
   num_decoder_layers: int = field(6, "Decoder layers (paper: N).", at_least=0, identity=True)
   dropout_rate: float = field(0.1, "Dropout on sublayer outputs and embedding sums (paper: P_drop).", at_least=0)
   attention_dropout_rate: float = field(0.0, "Dropout on attention weights (not in the paper).", at_least=0)
-  attention: str = field("auto", "Attention variant (`jformer attention list`); auto: the fastest kernel per "
+  attention: str = field("auto", "Attention variant (`jformer list attention`); auto: the fastest kernel per "
                          "backend and shape.", choices=Registered("attention variant"), identity=True)
   attention_options: tuple = field((), "Keyword options of that variant (e.g. window_size).", group=True,
                                    identity=True)
@@ -288,7 +288,7 @@ class TransformerConfig:
       return None
     reasons = "; ".join(f"'{feature}' for {why}" for feature, why in sorted(missing.items()))
     return (f"attention variant '{self.attention}' does not support {reasons} (it supports "
-            f"{sorted(variant.supports)}); pick another variant (`jformer attention list`)")
+            f"{sorted(variant.supports)}); pick another variant (`jformer list attention`)")
 
   def attention_calls(self, dtype, *, encoder_decoder: bool) -> list[tuple[str, str, AttentionCall]]:
     """The attention calls of a train step: `(where, the key naming the variant that serves it, the call)`, with
