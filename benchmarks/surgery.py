@@ -8,8 +8,9 @@ scratch (the LoLCATs finding, Zhang et al. 2025), on our own data?
    `--teacher_steps` steps (vocabulary 8000 and dropout 0 fixed, so every run below shares them).
 2. Each row converts it (`model.layer_kinds` / `model.layer_pattern`, `train.initialize_from` = the teacher): the
    first `--transfer_steps` steps train only the new attention's own parameters to reproduce the teacher's layer
-   outputs (`train.attention_transfer`; a variant without parameters of its own skips this), then
-   `--finetune_steps` steps fine-tune everything on the language-model loss.
+   outputs (`train.attention_transfer`), then `--finetune_steps` steps fine-tune everything on the language-model
+   loss; a variant without parameters of its own has nothing to transfer and fine-tunes for all those steps, so
+   every conversion trains the same steps.
 3. The same architecture trained from scratch with the LM demo's recipe for `--scratch_steps` steps (default: the
    teacher's steps plus the conversion's, the same total steps).
 Valid bits per byte of each: the teacher's, after transfer (the evaluation at that step), after fine-tuning, from
@@ -112,7 +113,7 @@ def plot(data: dict, path: str) -> None:
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--root", default="runs/surgery", help="folder of the runs' workdirs")
-  parser.add_argument("--teacher_steps", type=int, default=300)
+  parser.add_argument("--teacher_steps", type=int, default=900, help="the teacher's steps (the LM demo's usual length)")
   parser.add_argument("--transfer_steps", type=int, default=30)
   parser.add_argument("--finetune_steps", type=int, default=60)
   parser.add_argument("--scratch_steps", type=int, default=0, help="0 = teacher + transfer + fine-tuning steps")
@@ -141,7 +142,7 @@ def main(argv=None) -> int:
     converted, log = train(root / name / "converted", {
         **FIXED, **CONVERSION, "model.layer_kinds": kinds, "model.layer_pattern": pattern, **extra,
         "train.initialize_from": root / "teacher", "data.vocab_path": vocab, "train.attention_transfer": transfer,
-        "train.steps": transfer + args.finetune_steps, "train.eval_every": args.transfer_steps})
+        "train.steps": converted_steps, "train.eval_every": args.transfer_steps})
     data["rows"].append({
         "name": name, "about": about, "transfer_steps": transfer,
         "after_transfer_bpb": eval_at(log, transfer) if transfer else None,

@@ -256,18 +256,20 @@ report_card.add_arguments = _report_card_arguments
 
 def _import_hf_arguments(parser):
   parser.add_argument("source", help="a folder in the Hugging Face layout (config.json, model.safetensors, "
-                      "tokenizer.json or tokenizer.model), or a hub name when online")
+                      "tokenizer.json, tokenizer.model or Marian's *.spm + vocab.json), or a hub name when online")
   parser.add_argument("--workdir", required=True, help="the new run's folder")
 
 
-@command("import-hf", "write a run's workdir from a Hugging Face checkpoint (Llama, Mistral, Qwen2): generate, "
-         "evaluate and train (fine-tune) work on it; --config.KEY=VALUE sets its data and training keys")
+@command("import-hf", "write a run's workdir from a Hugging Face checkpoint (Llama, Mistral, Qwen2, GPT-2, Marian): "
+         "generate or translate, evaluate and train (fine-tune) work on it; --config.KEY=VALUE sets its data and "
+         "training keys")
 def import_hf(args, overrides):
   from jformer import interop
 
   _quiet_logs()
   config = interop.import_hf(args.source, args.workdir, overrides)
-  print(f"imported {args.source} -> {args.workdir}: {config.model.num_decoder_layers} layers, d_model "
+  layers = "+".join(str(n) for n in (config.model.num_encoder_layers, config.model.num_decoder_layers) if n)
+  print(f"imported {args.source} -> {args.workdir}: {layers} layers, d_model "
         f"{config.model.d_model}, vocabulary {config.model.vocab_size}")
 
 

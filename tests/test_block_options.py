@@ -90,11 +90,12 @@ def test_norms_are_their_formulas(name, use_bias):
 
 # ---------------------------------------------------------------------------------------------- feed-forward
 
-ACTIVATION_FORMULAS = {"relu": lambda x: jnp.maximum(x, 0.0), "gelu": gelu_tanh, "swiglu": silu, "geglu": gelu_tanh}
+ACTIVATION_FORMULAS = {"relu": lambda x: jnp.maximum(x, 0.0), "gelu": gelu_tanh, "silu": silu, "swiglu": silu,
+                       "geglu": gelu_tanh}
 
 
-@pytest.mark.parametrize("activation, use_bias", [("relu", True), ("gelu", True), ("swiglu", True), ("geglu", True),
-                                                  ("swiglu", False)])
+@pytest.mark.parametrize("activation, use_bias", [("relu", True), ("gelu", True), ("silu", True), ("swiglu", True),
+                                                  ("geglu", True), ("swiglu", False)])
 def test_feed_forward_is_its_formula(activation, use_bias):
   """Plain: act(x W1 + b1) W2 + b2 (paper eq. 2); gated: (act(x W0 + b0) * (x W1 + b1)) W2 + b2 (Shazeer 2020)."""
   cfg = TransformerConfig(d_model=8, num_heads=2, d_ff=12, activation=activation, use_bias=use_bias)

@@ -1,6 +1,7 @@
 """The block options that pretrained families need (`jformer import-hf`), each against its formula written out here:
 unscaled token embeddings (`model.scale_embeddings`), the norm epsilon (`model.norm_epsilon`), query/key/value
-biases with rotary positions (`model.qkv_bias`)."""
+biases with rotary positions (`model.qkv_bias`), the padding logit masked (`model.predicts_padding`), a learned bias
+on the logits (`model.final_logits_bias`)."""
 
 import jax
 import jax.numpy as jnp
@@ -83,32 +84,74 @@ def test_qkv_bias_adds_the_three_biases_the_key_one_turned_by_rotary_positions()
   assert np.abs(np.asarray(got) - np.asarray(formula(no_key_bias))).max() > 1e-3
 
 
+LM_FIELDS = dict(architecture="lm", vocab_size=12, d_model=8, num_heads=2, d_ff=16, num_decoder_layers=1)
+
+
+def losses(model, targets):
+  """(fused, formula), each a function of the params: the loss the train step computes from the hidden states
+  (`ops.linear_cross_entropy`, projecting them itself) and the cross-entropy of the model's logits written out."""
+  from jformer.ops.linear_cross_entropy import linear_cross_entropy_sums
+
+  weights = (targets != 0).astype(jnp.float32)
+
+  def fused(params):
+    return linear_cross_entropy_sums(*model.apply({"params": params}, targets, return_hidden=True), targets,
+                                     weights).loss
+
+  def formula(params):
+    log_p = jax.nn.log_softmax(model.apply({"params": params}, targets), -1)
+    return -jnp.sum(weights * jnp.take_along_axis(log_p, targets[..., None], -1)[..., 0])
+
+  return fused, formula
+
+
 @pytest.mark.slow  # two models' gradients: seconds.
 def test_predicts_padding_false_masks_the_padding_logit_in_the_logits_and_the_fused_loss():
   """logits[..., 0] = -1e9, the others unchanged; the loss the train step computes from the hidden states (the
   fused projection, `ops.padding_logit.mask_row`) is the cross-entropy of those masked logits, its gradient too."""
   from jformer.models import LanguageModel
-  from jformer.ops.linear_cross_entropy import linear_cross_entropy_sums
 
-  fields = dict(architecture="lm", vocab_size=12, d_model=8, num_heads=2, d_ff=16, num_decoder_layers=1)
   targets = jnp.array([[3, 5, 1, 0], [7, 1, 0, 0]])
-  plain, masked = (LanguageModel(TransformerConfig(**fields, predicts_padding=p)) for p in (True, False))
+  plain, masked = (LanguageModel(TransformerConfig(**LM_FIELDS, predicts_padding=p)) for p in (True, False))
   params = perturbed(plain.init(jax.random.PRNGKey(0), targets)["params"])
   logits, got = plain.apply({"params": params}, targets), masked.apply({"params": params}, targets)
   np.testing.assert_array_equal(got[..., 1:], logits[..., 1:])
   assert (got[..., 0] == -1e9).all()
-  weights = (targets != 0).astype(jnp.float32)
-
-  def fused(params):
-    return linear_cross_entropy_sums(*masked.apply({"params": params}, targets, return_hidden=True), targets,
-                                     weights).loss
-
-  def formula(params):
-    log_p = jax.nn.log_softmax(masked.apply({"params": params}, targets), -1)
-    return -jnp.sum(weights * jnp.take_along_axis(log_p, targets[..., None], -1)[..., 0])
-
+  fused, formula = losses(masked, targets)
   np.testing.assert_allclose(fused(params), formula(params), rtol=1e-5)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), jax.grad(fused)(params),
                jax.grad(formula)(params))
   with pytest.raises(ValueError, match="predicts_padding=False masks the padding logit before final_logit_softcap"):
-    TransformerConfig(**fields, predicts_padding=False, final_logit_softcap=30.0).validate()
+    TransformerConfig(**LM_FIELDS, predicts_padding=False, final_logit_softcap=30.0).validate()
+
+
+def logits_bias_models():
+  """(model without the bias, model with it, the latter's perturbed params, targets `[B, T]`)."""
+  from jformer.models import LanguageModel
+
+  plain, biased = (LanguageModel(TransformerConfig(**LM_FIELDS, final_logits_bias=b)) for b in (False, True))
+  targets = jnp.array([[3, 5, 1, 0], [7, 1, 0, 0]])
+  params = perturbed(biased.init(jax.random.PRNGKey(0), targets)["params"])
+  return plain, biased, params, targets
+
+
+def test_final_logits_bias_adds_a_learned_bias_to_every_logit():
+  """z = y E^T + b (Marian's final_logits_bias): the biased model's logits are the unbiased one's plus b `[V]`."""
+  plain, biased, params, targets = logits_bias_models()
+  bias = params["decoder"]["final_logits_bias"]
+  assert bias.shape == (12,) and np.abs(bias).max() > 0.1  # perturbed away from its zero initial value.
+  without = {**params, "decoder": {k: v for k, v in params["decoder"].items() if k != "final_logits_bias"}}
+  np.testing.assert_allclose(biased.apply({"params": params}, targets),
+                             plain.apply({"params": without}, targets) + bias, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.slow  # a model's gradients, two ways: seconds.
+def test_final_logits_bias_reaches_the_fused_loss_and_its_gradient():
+  """The loss the train step computes from the hidden states (`ops.logit_bias`: the bias as one more feature) is
+  the cross-entropy of y E^T + b; its gradient too, the bias's included."""
+  _, biased, params, targets = logits_bias_models()
+  fused, formula = losses(biased, targets)
+  np.testing.assert_allclose(fused(params), formula(params), rtol=1e-5)
+  got, want = jax.grad(fused)(params), jax.grad(formula)(params)
+  assert np.abs(want["decoder"]["final_logits_bias"]).max() > 1e-3
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), got, want)

@@ -106,3 +106,37 @@ def test_attention_surgery_on_an_imported_model_transfers_then_fine_tunes(tmp_pa
   assert "resumed from step 2" in out and "done: step 4" in out
   tuned = traverse_util.flatten_dict(checkpoint.load_run_params(converted), sep="/")
   assert all(not np.array_equal(imported[path], tuned[path]) for path in imported if "norm" not in path)
+
+
+def test_an_imported_marian_translates_fine_tunes_on_pairs_resumes_and_exports(tmp_path, tiny_corpus, capsys):
+  """`import-hf` of the Marian fixture gives a translation run: `translate` writes what greedy translation of the
+  golden-checked model gives (source cut by source.spm, output joined by target.spm), `train` fine-tunes it on
+  pairs (targets cut by target.spm) and resumes, `export-hf` writes it back bit for bit."""
+  from jformer.decode.translator import translate_ids
+  from jformer.models import Transformer, TransformerConfig
+
+  marian, workdir = LLAMA.parent / "marian", tmp_path / "marian"
+  out = run(["import-hf", marian, f"--workdir={workdir}", f"--config.data.path={tiny_corpus}",
+             "--config.data.max_length=32", "--config.data.batch_size=8", "--config.data.eval_batch_size=8",
+             "--config.train.steps=2", "--config.train.checkpoint_every=2", "--config.train.eval_every=2"], capsys)
+  assert f"imported {marian} -> {workdir}: 3+2 layers, d_model 32, vocabulary 53" in out
+  fields, params, _ = interop.convert(marian)
+  tokenizer = PretrainedTokenizer.from_file(workdir / "vocab" / "pretrained_vocab.json")
+  sentence = "The keeper lit the lamp."
+  source = np.array([tokenizer.encode(sentence)])
+  want = translate_ids(Transformer(TransformerConfig.from_config(fields)), params, source, max_decode_len=64,
+                       method="greedy", max_extra_length=50)[0]
+  got = run(["translate", f"--workdir={workdir}", "--config.decode.method=greedy"], capsys, f"{sentence}\n".encode())
+  assert got.splitlines() == [tokenizer.decode(np.asarray(want))] and got.strip()
+
+  out = run(["train", f"--workdir={workdir}"], capsys)
+  assert "resumed from step 0" in out and "done: step 2" in out and "BLEU" in out
+  out = run(["train", f"--workdir={workdir}", "--config.train.steps=4"], capsys)
+  assert "resumed from step 2" in out and "done: step 4" in out
+  tuned = checkpoint.load_run_params(workdir)
+  assert not np.array_equal(tuned["decoder"]["final_logits_bias"], params["decoder"]["final_logits_bias"])
+  exported = tmp_path / "exported"
+  run(["export-hf", f"--workdir={workdir}", exported], capsys)
+  assert {"source.spm", "target.spm", "vocab.json", "model.safetensors"} <= {p.name for p in exported.iterdir()}
+  _, again, _ = interop.convert(exported)
+  jax.tree.map(np.testing.assert_array_equal, again, tuned)

@@ -1,11 +1,13 @@
 """Imported Hugging Face models compute what transformers computes: on small random-weight models of each family
 (tests/golden/hf, made by `python -m jformer.interop.make_fixtures` with torch + transformers), jformer's float32
-logits equal transformers' within 1e-5 (KL below 1e-6) on right-padded rows, and greedy decoding gives the same
-tokens. CI has no torch: the fixtures hold transformers' outputs; where transformers is importable the same tests also
+logits equal transformers' within 1e-5 (KL below 1e-6) on right-padded rows (Marian: padded sources and targets),
+and greedy decoding (Marian: greedy translation) gives the same tokens; Marian's tokenizer gives MarianTokenizer's
+ids. CI has no torch: the fixtures hold transformers' outputs; where transformers is importable the same tests also
 run live against it. Import, export, import is the identity, bit for bit, on the parameters."""
 
 import json
 import pathlib
+import re
 
 import jax
 import jax.numpy as jnp
@@ -13,9 +15,13 @@ import numpy as np
 import pytest
 
 from jformer import interop
+from jformer.data.pretrained_vocab import PretrainedTokenizer
 from jformer.decode.generator import generate_ids
+from jformer.decode.translator import translate_ids
+from jformer.interop import hf as hf_lib
 from jformer.interop import safetensors_io
-from jformer.models import LanguageModel, TransformerConfig
+from jformer.interop.family import family_of
+from jformer.models import LanguageModel, Transformer, TransformerConfig
 from jformer.ops.tokens import EOS_ID
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "hf"
@@ -32,22 +38,43 @@ def transformers_or_skip():
   return transformers
 
 
+def hf_model(folder: pathlib.Path):
+  """transformers' float32 model of the folder (a causal LM, or Marian's encoder-decoder)."""
+  transformers = transformers_or_skip()
+  import torch
+
+  hf = json.loads((folder / "config.json").read_text())
+  kind = transformers.AutoModelForSeq2SeqLM if hf.get("is_encoder_decoder") else transformers.AutoModelForCausalLM
+  return kind.from_pretrained(folder, dtype=torch.float32).eval()
+
+
+def hf_logits(model, golden: dict) -> np.ndarray:
+  """transformers' logits `[B, T, V]` on the fixture's padded rows (Marian: on its padded sources too)."""
+  import torch
+
+  rows = {"attention_mask": torch.tensor(golden["attention_mask"])}
+  if "source_ids" in golden:
+    rows = {"attention_mask": torch.tensor(golden["source_mask"]),
+            "decoder_input_ids": torch.tensor(golden["input_ids"]), "decoder_attention_mask": rows["attention_mask"]}
+  with torch.no_grad():
+    return model(torch.tensor(golden.get("source_ids", golden["input_ids"])), **rows).logits.numpy()
+
+
 def hf_outputs(folder: pathlib.Path, source: str) -> dict:
   """The fixture's recorded transformers outputs, or the same computed now (`make_fixtures`' recipe)."""
   golden = dict(np.load(folder / "golden.npz"))
   if source == "live":
-    transformers_or_skip()
     from jformer.interop import make_fixtures
-    import torch
 
-    model = __import__("transformers").AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    with torch.no_grad():
-      golden["logits"] = model(torch.tensor(golden["input_ids"]),
-                               attention_mask=torch.tensor(golden["attention_mask"])).logits.numpy()
+    model = hf_model(folder)
+    golden["logits"] = hf_logits(model, golden)
     hf = json.loads((folder / "config.json").read_text())
-    start = hf["bos_token_id"] if hf.get("bos_token_id") is not None else hf["eos_token_id"]
-    golden["greedy_ids"] = make_fixtures.greedy(model, golden["prompt_ids"], start, golden["greedy_ids"].shape[1],
-                                                hf["eos_token_id"])
+    steps = golden["greedy_ids"].shape[1]
+    if hf.get("is_encoder_decoder"):
+      golden["greedy_ids"] = make_fixtures.greedy_translations(model, golden["prompt_ids"], hf["pad_token_id"], steps)
+    else:
+      start = hf["bos_token_id"] if hf.get("bos_token_id") is not None else hf["eos_token_id"]
+      golden["greedy_ids"] = make_fixtures.greedy(model, golden["prompt_ids"], start, steps, hf["eos_token_id"])
   return golden
 
 
@@ -56,7 +83,9 @@ def imported(request):
   """(family name, its folder, jformer model, params, vocabulary map)."""
   folder = GOLDEN / request.param
   fields, params, vocabulary = interop.convert(folder)
-  return request.param, folder, LanguageModel(TransformerConfig.from_config(fields)), params, vocabulary
+  config = TransformerConfig.from_config(fields)
+  model = LanguageModel(config) if config.architecture == "lm" else Transformer(config)
+  return request.param, folder, model, params, vocabulary
 
 
 def jformer_targets(input_ids, attention_mask, vocabulary):
@@ -76,7 +105,8 @@ def test_logits_equal_transformers_with_padding(imported, source):
   real = golden["attention_mask"] == 1
   assert not real.all(), "the rows must include padding"
   targets = jformer_targets(golden["input_ids"], golden["attention_mask"], vocabulary)
-  logits = np.asarray(jax.jit(model.apply)({"params": params}, jnp.asarray(targets)))
+  sources = [vocabulary.to_jformer(golden["source_ids"])] if "source_ids" in golden else []  # <pad>: jformer's 0.
+  logits = np.asarray(jax.jit(model.apply)({"params": params}, *map(jnp.asarray, sources), jnp.asarray(targets)))
   # transformers' column h is jformer's column jformer_ids[h]; jformer's extra padding id (a start token that also
   # ends) has its logit masked out, so both softmaxes run over the same tokens.
   np.testing.assert_allclose(logits[..., vocabulary.jformer_ids][real], golden["logits"][real], atol=1e-5, rtol=1e-5)
@@ -93,8 +123,11 @@ def test_greedy_decoding_gives_transformers_tokens(imported, source):
   name, folder, model, params, vocabulary = imported
   golden = hf_outputs(folder, source)
   want = vocabulary.to_jformer(golden["greedy_ids"])
-  got = np.asarray(generate_ids(model, params, jnp.asarray(vocabulary.to_jformer(golden["prompt_ids"])),
-                                max_new_tokens=want.shape[1], method="greedy"))
+  prompts = jnp.asarray(vocabulary.to_jformer(golden["prompt_ids"]))
+  if model.is_encoder_decoder:  # the prompts are sources, translated.
+    got = np.asarray(translate_ids(model, params, prompts, max_decode_len=want.shape[1], method="greedy"))
+  else:
+    got = np.asarray(generate_ids(model, params, prompts, max_new_tokens=want.shape[1], method="greedy"))
   for row_got, row_want in zip(got, want):  # jformer stops at EOS (then pads): compare up to it.
     end = list(row_want).index(EOS_ID) + 1 if EOS_ID in row_want else len(row_want)
     np.testing.assert_array_equal(row_got[:end], row_want[:end], err_msg=name)
@@ -120,21 +153,17 @@ def test_import_export_import_is_the_identity(imported, tmp_path):
 
 
 def test_an_export_loads_in_transformers_with_the_same_logits(imported, tmp_path):
-  transformers = transformers_or_skip()
-  import torch
-
+  transformers_or_skip()
   name, folder, _, params, _ = imported
   hf = json.loads((folder / "config.json").read_text())
   for file in folder.iterdir():
     if file.name != "model.safetensors":
       (tmp_path / file.name).write_bytes(file.read_bytes())
   safetensors_io.write(tmp_path / "model.safetensors", interop.to_pretrained_tensors(hf, params), {"format": "pt"})
-  golden = np.load(folder / "golden.npz")
-  model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
-  with torch.no_grad():
-    logits = model(torch.tensor(golden["input_ids"]), attention_mask=torch.tensor(golden["attention_mask"])).logits
+  golden = dict(np.load(folder / "golden.npz"))
+  logits = hf_logits(hf_model(tmp_path), golden)
   real = golden["attention_mask"] == 1
-  np.testing.assert_allclose(logits.numpy()[real], golden["logits"][real], atol=1e-5, rtol=1e-5)
+  np.testing.assert_allclose(logits[real], golden["logits"][real], atol=1e-5, rtol=1e-5)
 
 
 def test_safetensors_round_trip_keeps_dtypes_and_bfloat16():
@@ -147,3 +176,46 @@ def test_safetensors_round_trip_keeps_dtypes_and_bfloat16():
   back = safetensors_io.read(path)
   assert {k: v.dtype for k, v in back.items()} == {k: v.dtype for k, v in tensors.items()}
   jax.tree.map(np.testing.assert_array_equal, back, tensors)
+
+
+def test_marian_tokenizer_gives_marian_tokenizers_ids(tmp_path):
+  """Source texts cut by source.spm, targets by target.spm, each piece's id from vocab.json then renumbered, </s>
+  last: the ids transformers' MarianTokenizer gave (recorded in the fixture); decoding gives the text back."""
+  folder = GOLDEN / "marian"
+  golden = np.load(folder / "golden.npz")
+  _, _, vocabulary = interop.convert(folder)
+  kind, contents = hf_lib._tokenizer_file(folder)
+  PretrainedTokenizer.write(tmp_path / "vocab.json", kind=kind, tokenizer=contents, vocabulary=vocabulary)
+  tokenizer = PretrainedTokenizer.from_file(tmp_path / "vocab.json")
+  texts = [str(text) for text in golden["texts"]]
+  for got, recorded in ((tokenizer.encode_batch(texts), golden["text_ids"]),
+                        (tokenizer.encode_targets_batch(texts), golden["target_text_ids"])):
+    want = [[i for i in row if i != 0] for row in vocabulary.to_jformer(recorded).tolist()]  # <pad> is jformer's 0.
+    assert got == want
+  assert tokenizer.encode_batch(texts) != tokenizer.encode_targets_batch(texts)  # two models: the sides differ.
+  assert [tokenizer.decode(ids) for ids in tokenizer.encode_targets_batch(texts)] == texts
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"decoder_vocab_size": 60}, "marian config: separate source and target vocabularies are not imported"),
+    ({"decoder_ffn_dim": 128}, "marian config: encoder_ffn_dim=64 != decoder_ffn_dim=128"),
+    ({"normalize_before": True}, "marian config: a pre-norm block or an embedding norm is not imported"),
+    ({"decoder_start_token_id": 0}, "marian config: decoder_start_token_id=0 is not pad_token_id=52"),
+    ({"activation_function": "gelu"}, "marian config: activation_function='gelu' is not one of"),
+])
+def test_marian_refuses_what_jformer_cannot_hold(change, message):
+  """A Marian config jformer's Transformer cannot compute is refused in one line naming the key."""
+  hf = {**json.loads((GOLDEN / "marian" / "config.json").read_text()), **change}
+  with pytest.raises(ValueError, match=re.escape(message)):
+    family_of(hf).model_fields(hf)
+
+
+def test_marian_tokenizer_with_separate_vocabularies_is_refused(tmp_path):
+  """jformer shares one vocabulary between the sides: a Marian tokenizer with two (target_vocab.json,
+  separate_vocabs) is refused, in one line, before anything is written."""
+  for name in hf_lib.MARIAN_TOKENIZER:
+    (tmp_path / name).write_bytes((GOLDEN / "marian" / name).read_bytes())
+  assert hf_lib._tokenizer_file(tmp_path)[0] == "marian"
+  (tmp_path / "tokenizer_config.json").write_text(json.dumps({"separate_vocabs": True}))
+  with pytest.raises(ValueError, match="a Marian tokenizer with separate source and target vocabularies"):
+    hf_lib._tokenizer_file(tmp_path)

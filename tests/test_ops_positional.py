@@ -24,6 +24,19 @@ def test_sinusoidal_equals_paper_formula():
   np.testing.assert_array_equal(table[0, 1::2], 1.0)
 
 
+def test_sinusoidal_in_halves_is_the_formula_with_sines_first():
+  """layout="halves" (Marian's embed_positions): PE(pos, i) = sin(pos / 10000^(2i/d)), PE(pos, d/2 + i) = cos(...)."""
+  length, dim = 20, 8
+  table = positional.sinusoidal(length, dim, layout="halves")
+  for pos in range(length):
+    for i in range(dim // 2):
+      angle = pos / 10000 ** (2 * i / dim)
+      assert table[pos, i] == pytest.approx(math.sin(angle), abs=1e-6)
+      assert table[pos, dim // 2 + i] == pytest.approx(math.cos(angle), abs=1e-6)
+  with pytest.raises(ValueError, match="layout 'diagonal' is not one of"):
+    positional.sinusoidal(4, 8, layout="diagonal")
+
+
 def test_sinusoidal_relative_offset_is_a_linear_map():
   """Paper Sec. 3.5: PE(pos + k) is a linear function (a rotation per frequency) of PE(pos)."""
   table = positional.sinusoidal(64, 8)

@@ -54,13 +54,15 @@ def test_how_the_built_in_encodings_act():
 
 @pytest.mark.parametrize("overrides, reason", [
     ({"model.positional_options.num_buckets": 64}, r"positional encoding 'sinusoidal' has no option\(s\) "
-                                                   r"\['num_buckets'\]; its options are \['base'\]"),
+                                                   r"\['num_buckets'\]; its options are \['base', 'layout'\]"),
     ({"model.positional": "learned", "model.positional_options.base": 10.0}, r"its options are none"),
     ({"model.positional": "relative", "model.positional_options.num_buckets": 2}, "need num_buckets >= 4"),
     ({"model.positional": "relative", "model.positional_options.num_buckets": 40.5},
      r"positional encoding 'relative' needs a positive int num_buckets, got 40.5 "
      r"\(--config.model.positional_options.num_buckets\)"),
     ({"model.positional_options.base": "ten"}, "positional encoding 'sinusoidal' needs a number for base"),
+    ({"model.positional_options.layout": "diagonal"}, r"model.positional_options.layout='diagonal' is not one of "
+                                                      r"\['interleaved', 'halves'\]"),
     ({"model.positional": "relative", "model.positional_options.max_distance": 16}, "and max_distance > "
                                                                                     "num_buckets / 2"),
     ({"model.d_model": 33, "model.num_heads": 3}, "sinusoidal positions need an even d_model"),

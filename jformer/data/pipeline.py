@@ -113,9 +113,11 @@ def tokenize_pairs(source: Iterable[dict[str, str]], tokenizer: Tokenizer, *, ma
   kept = {f: [] for f in FEATURES}
   texts = {f: [] for f in FEATURES} if keep_texts else None
   total = long = 0
+  # A tokenizer with a target side of its own (Marian's) cuts the targets with it; the others cut both sides alike.
+  encoders = (tokenizer.encode_batch, getattr(tokenizer, "encode_targets_batch", tokenizer.encode_batch))
   it = iter(source)
   while chunk := list(itertools.islice(it, _ENCODE_CHUNK)):
-    encoded = [tokenizer.encode_batch([pair[f] for pair in chunk]) for f in FEATURES]
+    encoded = [encode([pair[f] for pair in chunk]) for f, encode in zip(FEATURES, encoders)]
     for pair, *ids in zip(chunk, *encoded):
       total += 1
       if max(map(len, ids)) > max_length:

@@ -1,6 +1,6 @@
 """A pretrained model's vocabulary in jformer's ids (`jformer import-hf`): the family's own tokenizer (a Hugging Face
-`tokenizers` JSON or a SentencePiece model) with its ids renumbered so that jformer's special ids hold
-(`jformer.ops.tokens`: 0 pads and starts the decoder, 1 ends every sequence).
+`tokenizers` JSON, a SentencePiece model, or Marian's pair of them with one vocab.json) with its ids renumbered so
+that jformer's special ids hold (`jformer.ops.tokens`: 0 pads and starts the decoder, 1 ends every sequence).
 
 jformer id i is pretrained id `VocabularyMap.pretrained_ids[i]`: first the family's start token (jformer 0, what
 `shift_right` and the decoders feed first: Llama's <s>, Marian's <pad>) and its end token (jformer 1), then every
@@ -25,7 +25,7 @@ from etils import epath
 from jformer.ops.tokens import EOS_ID, PAD_ID
 
 FILE_NAME = "pretrained_vocab.json"
-KINDS = ("tokenizers", "sentencepiece")
+KINDS = ("tokenizers", "sentencepiece", "marian")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,10 +76,51 @@ class VocabularyMap:
     return self.pretrained_ids[np.asarray(jformer_ids, np.int64)]
 
 
+def marian_tokenizer(source_spm: bytes, target_spm: bytes, vocab_json: bytes) -> bytes:
+  """The tokenizer `PretrainedTokenizer.write` takes for the kind "marian": Marian's SentencePiece models of the
+  source and the target side (`source.spm`, `target.spm`) and its `vocab.json` ({piece: id}), as one JSON."""
+  return json.dumps({"source": base64.b64encode(source_spm).decode("ascii"),
+                     "target": base64.b64encode(target_spm).decode("ascii"),
+                     "vocab": json.loads(vocab_json)}, ensure_ascii=False).encode()
+
+
+class MarianPieces:
+  """Marian's tokenizer (transformers' `MarianTokenizer`) in its own ids: each side's SentencePiece model cuts text
+  into pieces and the one vocab.json gives each piece its id (<unk>'s when it has none); a leading language code
+  ">>xx<<" (multilingual targets) is a piece of its own. Text is not punctuation-normalised first (MarianTokenizer
+  does that only where `sacremoses` is installed)."""
+
+  def __init__(self, record: dict):
+    import sentencepiece as spm
+
+    self.vocab = record["vocab"]
+    self.pieces = {int(i): piece for piece, i in self.vocab.items()}
+    self.unk_id = self.vocab["<unk>"]
+    self.sides = {side: spm.SentencePieceProcessor(model_proto=base64.b64decode(record[side]))
+                  for side in ("source", "target")}
+
+  def encode(self, texts: Sequence[str], side: str) -> list[list[int]]:
+    """The ids of each text cut by `side`'s model ("source" or "target")."""
+    out = []
+    for text in texts:
+      code = []
+      if text.startswith(">>") and (end := text.find("<<")) != -1:
+        code, text = [text[:end + 2]], text[end + 2:]
+      pieces = code + self.sides[side].encode(text, out_type=str)
+      out.append([self.vocab.get(piece, self.unk_id) for piece in pieces])
+    return out
+
+  def decode(self, ids: Sequence[int]) -> str:
+    """Text of ids: their pieces joined by the target side's model ("▁" a space)."""
+    pieces = [self.pieces.get(int(i), "<unk>") for i in ids]
+    return self.sides["target"].decode_pieces(pieces).replace("\u2581", " ").strip()
+
+
 class PretrainedTokenizer:
   """The `jformer.data.Tokenizer` interface over a pretrained tokenizer, in jformer ids: `encode` appends EOS (and
-  adds no BOS: the model's shift feeds the start token), `decode` stops at the first EOS and skips padding. Pickles
-  as its file's bytes (cheap to send to grain workers)."""
+  adds no BOS: the model's shift feeds the start token), `decode` stops at the first EOS and skips padding;
+  `encode_targets_batch` cuts a translation's targets (Marian's target-side model; the one tokenizer otherwise).
+  Pickles as its file's bytes (cheap to send to grain workers)."""
 
   def __init__(self, contents: bytes):
     self.contents = contents
@@ -94,16 +135,18 @@ class PretrainedTokenizer:
       import sentencepiece as spm
 
       self._tokenizer = spm.SentencePieceProcessor(model_proto=base64.b64decode(record["tokenizer"]))
+    elif self.kind == "marian":
+      self._tokenizer = MarianPieces(record["tokenizer"])
     else:
       raise ValueError(f"pretrained vocabulary kind '{self.kind}' is not one of {list(KINDS)}")
 
   @classmethod
   def write(cls, path: epath.PathLike, *, kind: str, tokenizer: bytes, vocabulary: VocabularyMap) -> None:
-    """Writes the vocabulary file at `path`: `tokenizer` is a `tokenizers` JSON (its bytes) or a SentencePiece
-    model (`kind`)."""
+    """Writes the vocabulary file at `path`: `tokenizer` is a `tokenizers` JSON (its bytes), a SentencePiece
+    model, or Marian's (`marian_tokenizer`) (`kind`)."""
     if kind not in KINDS:
       raise ValueError(f"pretrained vocabulary kind '{kind}' is not one of {list(KINDS)}")
-    inline = json.loads(tokenizer) if kind == "tokenizers" else base64.b64encode(tokenizer).decode("ascii")
+    inline = base64.b64encode(tokenizer).decode("ascii") if kind == "sentencepiece" else json.loads(tokenizer)
     record = {"kind": kind, "start_id": vocabulary.start_id, "end_id": vocabulary.end_id, "size": vocabulary.size,
               "tokenizer": inline}
     epath.Path(path).write_text(json.dumps(record, ensure_ascii=False))
@@ -127,9 +170,11 @@ class PretrainedTokenizer:
   def vocab_size(self) -> int:
     return self.map.vocab_size
 
-  def _encode(self, texts: Sequence[str]) -> list[list[int]]:
+  def _encode(self, texts: Sequence[str], side: str = "source") -> list[list[int]]:
     if self.kind == "tokenizers":
       return [encoding.ids for encoding in self._tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+    if self.kind == "marian":
+      return self._tokenizer.encode(texts, side)
     return self._tokenizer.encode(list(texts))
 
   def encode(self, text: str) -> list[int]:
@@ -139,6 +184,10 @@ class PretrainedTokenizer:
   def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
     """`encode` of each text."""
     return [self.map.to_jformer(ids).tolist() + [EOS_ID] for ids in self._encode(texts)]
+
+  def encode_targets_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    """`encode_batch` of a translation's target texts (Marian: by its target-side model)."""
+    return [self.map.to_jformer(ids).tolist() + [EOS_ID] for ids in self._encode(texts, "target")]
 
   def sample(self, text: str, rng, *, alpha: float, nbest: int) -> list[int]:
     raise ValueError("subword sampling (data.subword_sampling) needs a unigram SentencePiece model trained by jformer; "

@@ -27,6 +27,8 @@ class Family:
     ignored: pretrained config -> regular expressions of tensor names skipped on import: buffers the model
       recomputes, a tied output embedding saved twice.
     doc: one line for `jformer list pretrained`.
+    fine_tuning: config values an imported run starts from besides `jformer.interop.hf.FINE_TUNING` (a translation
+      model's data are pairs).
   """
   name: str
   architectures: tuple[str, ...]
@@ -36,6 +38,7 @@ class Family:
   num_layers: Callable[[dict], int]
   ignored: Callable[[dict], tuple[str, ...]] = lambda hf: ()
   doc: str = ""
+  fine_tuning: dict = dataclasses.field(default_factory=dict)
 
 
 # Architecture name (config.json's `architectures`) -> the family that reads it; `jformer list pretrained` shows it.

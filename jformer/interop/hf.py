@@ -29,8 +29,8 @@ from flax import traverse_util
 from jformer import checkpoint, paths, tasks
 from jformer import config as config_lib
 from jformer.checkpoint import shapes
-from jformer.data.pretrained_vocab import FILE_NAME, PretrainedTokenizer, VocabularyMap
-from jformer.interop import gpt2, llama  # noqa: F401 (their families register)
+from jformer.data.pretrained_vocab import FILE_NAME, PretrainedTokenizer, VocabularyMap, marian_tokenizer
+from jformer.interop import gpt2, llama, marian  # noqa: F401 (their families register)
 from jformer.interop import safetensors_io, tables
 from jformer.interop.family import family_of
 from jformer.models import TransformerConfig
@@ -40,6 +40,7 @@ from jformer.train.loop import write_config
 from jformer.train.state import TrainState
 
 PRETRAINED_DIR = "pretrained"
+MARIAN_TOKENIZER = ("source.spm", "target.spm", "vocab.json")
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 # What an imported run trains with unless the import's --config overrides say otherwise: the documents of `text`
 # (the bundled English corpus, or data.path), short fine-tuning steps without label smoothing.
@@ -83,14 +84,21 @@ def to_pretrained_tensors(hf: dict, params) -> dict[str, np.ndarray]:
 
 
 def _tokenizer_file(folder: epath.Path) -> tuple[str, bytes]:
-  """(kind, bytes) of the folder's tokenizer: `tokenizer.json` (Hugging Face tokenizers) or a SentencePiece
-  `tokenizer.model`."""
+  """(kind, bytes) of the folder's tokenizer: `tokenizer.json` (Hugging Face tokenizers), a SentencePiece
+  `tokenizer.model`, or Marian's `source.spm`, `target.spm` and `vocab.json` (one vocabulary for both sides)."""
   if (folder / "tokenizer.json").exists():
     return "tokenizers", (folder / "tokenizer.json").read_bytes()
   if (folder / "tokenizer.model").exists():
     return "sentencepiece", (folder / "tokenizer.model").read_bytes()
-  raise FileNotFoundError(f"{folder} holds no tokenizer.json or tokenizer.model: jformer needs the family's "
-                          "tokenizer to read and write text")
+  if all((folder / name).exists() for name in MARIAN_TOKENIZER):
+    settings = folder / "tokenizer_config.json"
+    if (folder / "target_vocab.json").exists() or (
+        settings.exists() and json.loads(settings.read_text()).get("separate_vocabs")):
+      raise ValueError(f"{folder}: a Marian tokenizer with separate source and target vocabularies is not imported "
+                       "(jformer shares one vocabulary)")
+    return "marian", marian_tokenizer(*((folder / name).read_bytes() for name in MARIAN_TOKENIZER))
+  raise FileNotFoundError(f"{folder} holds no tokenizer.json, tokenizer.model or {' + '.join(MARIAN_TOKENIZER)}: "
+                          "jformer needs the family's tokenizer to read and write text")
 
 
 def _source_folder(source: str) -> epath.Path:
@@ -104,7 +112,8 @@ def _source_folder(source: str) -> epath.Path:
     except ImportError:
       raise FileNotFoundError(f"{source} is not a folder; a hub name needs `pip install huggingface_hub` and a "
                               "network") from None
-    return epath.Path(snapshot_download(source, allow_patterns=["*.json", "*.safetensors", "tokenizer.model"]))
+    patterns = ["*.json", "*.safetensors", "tokenizer.model", "*.spm"]
+    return epath.Path(snapshot_download(source, allow_patterns=patterns))
   raise FileNotFoundError(f"{source} is not a folder in the Hugging Face layout")
 
 
@@ -123,7 +132,8 @@ def import_hf(source: str, workdir: epath.PathLike, overrides: dict | None = Non
                      f"{[f'model.{f}' for f in FREE_MODEL_FIELDS]} of the model (a converted model: train "
                      "--config.train.initialize_from)")
   values = {f"model.{key}": value for key, value in fields.items()}
-  config = config_lib.checked(config_lib.from_values({**values, **FINE_TUNING, **overrides}))
+  fine_tuning = {**FINE_TUNING, **family_of(read_config(folder)).fine_tuning}
+  config = config_lib.checked(config_lib.from_values({**values, **fine_tuning, **overrides}))
   model = tasks.build_model(config)
   problem = shapes.difference(shapes.expected(param_shapes(model)), params)
   if problem:

@@ -6,13 +6,19 @@ imported by jformer, with transformers' float32 outputs on them, so CI (which ha
 
 Per family, `<out>/<name>/` is a Hugging Face folder (`save_pretrained`: config.json, model.safetensors with float16
 weights, so that the files stay small; transformers and jformer both compute in float32 from them) with a byte-level
-BPE tokenizer.json, and `golden.npz` holds:
+BPE tokenizer.json (Marian: SentencePiece models of each side, source.spm and target.spm, and vocab.json), and
+`golden.npz` holds:
   input_ids `[B, T]`, attention_mask `[B, T]`: pretrained ids, each row the start token then random tokens, right
-    padded;
-  logits `[B, T, V]`: transformers' float32 logits for them (`model(input_ids, attention_mask=...)`);
+    padded (Marian: the decoder's input rows);
+  source_ids `[B, S]`, source_mask `[B, S]` (Marian only): random source rows ending with </s>, right padded;
+  logits `[B, T, V]`: transformers' float32 logits for them (`model(input_ids, attention_mask=...)`; Marian:
+    `model(source_ids, source_mask, decoder_input_ids=input_ids, decoder_attention_mask=attention_mask)`);
   prompt_ids `[B, P]`, greedy_ids `[B, N]`: random prompts and the N tokens greedy decoding adds after the start
     token and the prompt (argmax of a full forward pass per token, the start token never chosen: jformer's decoders
-    never predict id 0, unless the start token also ends, when jformer has an id of its own for it).
+    never predict id 0, unless the start token also ends, when jformer has an id of its own for it); Marian: random
+    sources and the first N tokens of their greedy translations;
+  texts, text_ids, target_text_ids (Marian only): sentences, and transformers' `MarianTokenizer` ids of them on the
+    source side and the target side.
 The weights are drawn at scales that give logits of order 1 (transformers' initializer would give near-uniform
 distributions, which match whatever the conversion does), norm scales and biases away from 1 and 0.
 
@@ -44,6 +50,41 @@ FAMILIES = {
     "gpt2": ("GPT2LMHeadModel", "GPT2Config", dict(vocab_size=VOCAB, n_embd=32, n_inner=64, n_layer=2, n_head=4,
                                                    n_positions=64, bos_token_id=2, eos_token_id=2)),
 }
+
+
+# Marian: a small vocabulary (two SentencePiece models' pieces in one vocab.json), config values of an OPUS-MT model
+# at a small size; the encoder deeper than the decoder, as the conversion writes each stack's layers out.
+MARIAN = dict(d_model=32, encoder_layers=3, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+              encoder_ffn_dim=64, decoder_ffn_dim=64, activation_function="swish", scale_embedding=True,
+              max_position_embeddings=64, eos_token_id=0, forced_eos_token_id=0)
+TARGET_TEXT = ("Der alte Leuchtturmwärter stieg jeden Abend die Treppe hinauf. Er zündete die Lampe an, sah die "
+               "Schiffe vorbeifahren und schrieb in sein Buch, was das Meer an diesem Tag getan hatte. ") * 4
+
+
+def sentencepiece_model(text: str, vocab_size: int) -> bytes:
+  """A unigram SentencePiece model of `vocab_size` pieces trained on the sentences of `text`, without normalization."""
+  import io
+
+  import sentencepiece as spm
+
+  model = io.BytesIO()
+  spm.SentencePieceTrainer.train(sentence_iterator=iter(text.replace(". ", ".\n").splitlines()), model_writer=model,
+                                 vocab_size=vocab_size, model_type="unigram", character_coverage=1.0,
+                                 normalization_rule_name="identity", minloglevel=2)  # no NFKC tables: 1 KB, not 240.
+  return model.getvalue()
+
+
+def marian_vocabulary(*models: bytes) -> dict[str, int]:
+  """Marian's vocab.json: </s> 0, <unk> 1, every piece of the models once, <pad> last."""
+  import sentencepiece as spm
+
+  pieces = {}
+  for proto in models:
+    processor = spm.SentencePieceProcessor(model_proto=proto)
+    pieces.update((processor.id_to_piece(i), None) for i in range(processor.get_piece_size())
+                  if not (processor.is_control(i) or processor.is_unknown(i)))
+  vocab = ["</s>", "<unk>", *pieces, "<pad>"]
+  return {piece: i for i, piece in enumerate(vocab)}
 
 
 def tokenizer_json() -> str:
@@ -96,7 +137,81 @@ def greedy(model, prompts: np.ndarray, start: int, steps: int, end: int) -> np.n
   return torch.cat(out, 1).numpy()
 
 
+def make_marian(out: pathlib.Path, seed: int = 0) -> None:
+  """The Marian fixture (module doc): a MarianMTModel with its tokenizer files, transformers' logits on padded source
+  and target rows, greedy translations, and MarianTokenizer's ids."""
+  import json
+
+  import torch
+  import transformers
+
+  folder = out / "marian"
+  folder.mkdir(parents=True, exist_ok=True)
+  source, target = sentencepiece_model(TEXT, 40), sentencepiece_model(TARGET_TEXT, 40)
+  vocab = marian_vocabulary(source, target)
+  (folder / "source.spm").write_bytes(source)
+  (folder / "target.spm").write_bytes(target)
+  (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False, indent=1))
+  size = len(vocab)
+  pad = size - 1
+  config = transformers.MarianConfig(vocab_size=size, pad_token_id=pad, decoder_start_token_id=pad, **MARIAN)
+  model = transformers.MarianMTModel(config).float().eval()
+  randomize(model, seed)
+  with torch.no_grad():
+    model.final_logits_bias.copy_(0.2 * torch.randn(model.final_logits_bias.shape,
+                                                    generator=torch.Generator().manual_seed(seed + 1)))
+  model.half().save_pretrained(folder)
+  model = transformers.MarianMTModel.from_pretrained(folder, dtype=torch.float32).eval()
+  rng = np.random.default_rng(seed)
+
+  def rows(lengths, length, first=None):
+    """Right-padded rows of random ids (never <pad> or </s>) of these lengths: `first` before, or </s> last."""
+    ids = rng.integers(1, pad, (len(lengths), length))
+    if first is None:
+      ids[np.arange(len(lengths)), np.asarray(lengths) - 1] = config.eos_token_id
+    else:
+      ids[:, 0] = first
+    mask = (np.arange(length)[None] < np.asarray(lengths)[:, None]).astype(np.int64)
+    return np.where(mask == 1, ids, pad), mask
+
+  source_ids, source_mask = rows([7, 4], 7)
+  input_ids, attention_mask = rows([6, 3], 6, first=pad)
+  with torch.no_grad():
+    logits = model(torch.tensor(source_ids), attention_mask=torch.tensor(source_mask),
+                   decoder_input_ids=torch.tensor(input_ids),
+                   decoder_attention_mask=torch.tensor(attention_mask)).logits.numpy()
+  prompts, _ = rows([5, 5], 5)
+  tokenizer = transformers.MarianTokenizer(source_spm=str(folder / "source.spm"),
+                                           target_spm=str(folder / "target.spm"), vocab=str(folder / "vocab.json"))
+  texts = ["The keeper lit the lamp.", "He wrote what the sea had done."]
+  np.savez_compressed(folder / "golden.npz", input_ids=input_ids, attention_mask=attention_mask,
+                      source_ids=source_ids, source_mask=source_mask, logits=logits.astype(np.float32),
+                      prompt_ids=prompts, greedy_ids=greedy_translations(model, prompts, pad, 6), texts=texts,
+                      text_ids=np.array(tokenizer(texts, padding=True)["input_ids"]),
+                      target_text_ids=np.array(tokenizer(text_target=texts, padding=True)["input_ids"]))
+  print(f"{folder}: {sum(f.stat().st_size for f in folder.iterdir()) / 1024:.0f} KB")
+
+
+def greedy_translations(model, sources: np.ndarray, start: int, steps: int) -> np.ndarray:
+  """N tokens of greedy decoding of an encoder-decoder for each source row, a full forward pass per token, the start
+  token (<pad>) never chosen."""
+  import torch
+
+  ids = torch.full((len(sources), 1), start)
+  out = []
+  with torch.no_grad():
+    for _ in range(steps):
+      logits = model(torch.tensor(sources), decoder_input_ids=ids).logits[:, -1].clone()
+      logits[:, start] = -float("inf")
+      token = logits.argmax(-1, keepdim=True)
+      out.append(token)
+      ids = torch.cat([ids, token], 1)
+  return torch.cat(out, 1).numpy()
+
+
 def make(name: str, out: pathlib.Path, seed: int = 0) -> None:
+  if name == "marian":
+    return make_marian(out, seed)
   import torch
   import transformers
 
@@ -127,7 +242,7 @@ def make(name: str, out: pathlib.Path, seed: int = 0) -> None:
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--out", default="tests/golden/hf", help="the fixtures' folder")
-  parser.add_argument("--only", nargs="*", default=sorted(FAMILIES), help="families to make")
+  parser.add_argument("--only", nargs="*", default=sorted([*FAMILIES, "marian"]), help="families to make")
   args = parser.parse_args(argv)
   for name in args.only:
     make(name, pathlib.Path(args.out))

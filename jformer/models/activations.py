@@ -71,6 +71,12 @@ def gelu(x):
   return nn.gelu(x)
 
 
+@register("silu")
+def silu(x):
+  """SiLU, also called Swish: x sigmoid(x) (Ramachandran et al. 2017; Marian's "swish"), not gated."""
+  return nn.silu(x)
+
+
 @register("swiglu", gated=True)
 def swiglu(x):
   """SwiGLU (Shazeer 2020): Swish(x W_0) * (x W_1), Swish(x) = x sigmoid(x)."""

@@ -129,10 +129,10 @@ class TransformerConfig:
                              choices=Registered("normalization"), identity=True)
   final_norm: bool = field(True, "A pre-norm stack ends with a norm of its output (a post-norm stack's last "
                            "sublayer norm ends it anyway); False drops it (pre-norm only).", identity=True)
-  activation: str = field("relu", "Feed-forward: 'relu' (paper), 'gelu', or gated 'swiglu', 'geglu' (Shazeer 2020: "
-                          "act(x W_0) * (x W_1), two input projections; d_ff = 2/3 of the plain width keeps the "
-                          "parameter count); `jformer list activation`.", choices=Registered("activation"),
-                          identity=True)
+  activation: str = field("relu", "Feed-forward: 'relu' (paper), 'gelu', 'silu', or gated 'swiglu', 'geglu' "
+                          "(Shazeer 2020: act(x W_0) * (x W_1), two input projections; d_ff = 2/3 of the plain "
+                          "width keeps the parameter count); `jformer list activation`.",
+                          choices=Registered("activation"), identity=True)
   qk_norm: bool = field(False, "Normalize queries and keys over head_dim (learned scale) before their product "
                         "(Dehghani et al. 2023); the norm is `normalization`.", identity=True)
   attention_logit_softcap: float = field(0.0, "> 0: attention logits -> cap * tanh(logits / cap) (Gemma 2); needs a "
@@ -153,6 +153,9 @@ class TransformerConfig:
                                  "whose models learn never to predict it); False masks its logit out, so that an "
                                  "imported vocabulary whose start token is also its end token (GPT-2, Qwen2: one id "
                                  "more in jformer) keeps the family's distribution exactly.", identity=True)
+  final_logits_bias: bool = field(False, "A learned bias b [V] on the output logits, y E^T + b (Marian's "
+                                  "final_logits_bias), in training (the fused loss too), evaluation and decoding.",
+                                  identity=True)
   norm_epsilon: float = field(1e-6, "Epsilon of every norm, x / sqrt(variance + epsilon) (flax's default; Llama "
                               "1e-5 or 1e-6, GPT-2 1e-5).", identity=True)
   remat: str = field("auto", "Recompute layer activations in the backward pass: auto (>= 1024 tokens), none, full, "

@@ -13,9 +13,9 @@ import jax.numpy as jnp
 from jformer import axes
 from jformer.models import remat as remat_lib
 from jformer.models.config import TransformerConfig
-from jformer.models.layers import (AddPositions, AttentionBias, Dropout, Embed, FeedForward, MultiHeadAttention, norm,
-                                   residual)
-from jformer.ops import padding_logit
+from jformer.models.layers import (AddPositions, AttentionBias, Dropout, Embed, FeedForward, MultiHeadAttention,
+                                   logical, norm, residual)
+from jformer.ops import logit_bias, padding_logit
 from jformer.ops.softcap import soft_cap
 
 
@@ -249,10 +249,11 @@ class Decoder(nn.Module):
 
   With `encoded=None` the layers have no encoder-decoder attention: the decoder-only language model.
   The logits are y E^T with E the target embedding (tied, paper Sec. 3.4) or a separate output embedding
-  `[V, D]`, soft-capped when `model.final_logit_softcap` > 0, the padding id's masked when not
-  `model.predicts_padding` (`jformer.ops.padding_logit`). With `return_hidden=True` the call returns
-  `(y [B, T, D], E [V, D])` instead, for a loss that projects chunk by chunk (`ops.linear_cross_entropy`, given
-  the same soft-cap) rather than holding `[B, T, V]` logits.
+  `[V, D]`, plus a learned bias `final_logits_bias` `[V]` when `model.final_logits_bias`, soft-capped when
+  `model.final_logit_softcap` > 0, the padding id's masked when not `model.predicts_padding`
+  (`jformer.ops.padding_logit`). With `return_hidden=True` the call returns `(y [B, T, D], E [V, D])` instead, for
+  a loss that projects chunk by chunk (`ops.linear_cross_entropy`, given the same soft-cap; the bias as one more
+  feature, `ops.logit_bias`) rather than holding `[B, T, V]` logits.
   """
   config: TransformerConfig
   embed: nn.Module
@@ -277,10 +278,14 @@ class Decoder(nn.Module):
       y_BxTxD = norm(cfg, "final_norm")(y_BxTxD)
     output_embed = self.embed if cfg.tie_output_embedding else Embed(cfg.vocab_size, cfg.d_model, cfg.compute_dtype,
                                                                        name="output_embedding")
+    bias_V = self.param("final_logits_bias", logical(nn.initializers.zeros, axes.VOCAB), (cfg.vocab_size,),
+                        jnp.float32) if cfg.final_logits_bias else None
     if return_hidden:
       hidden = y_BxTxD.astype(cfg.compute_dtype), output_embed.embedding
+      hidden = hidden if bias_V is None else logit_bias.append_bias(*hidden, bias_V)
       return hidden if cfg.predicts_padding else padding_logit.mask_row(*hidden)
-    logits = soft_cap(output_embed.attend(y_BxTxD).astype(jnp.float32), cfg.final_logit_softcap)
+    logits = output_embed.attend(y_BxTxD).astype(jnp.float32)
+    logits = soft_cap(logits if bias_V is None else logits + bias_V, cfg.final_logit_softcap)
     return logits if cfg.predicts_padding else padding_logit.mask_logit(logits)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jformer.ops import logit_bias
 from jformer.ops.tokens import PAD_ID
 
 MASKED = -1e9  # as the decoders mask the padding logit: finite, so no inf - inf = NaN anywhere.
@@ -21,7 +22,7 @@ def mask_logit(logits_BxTxV: jax.Array) -> jax.Array:
 def mask_row(hidden_BxTxD: jax.Array, table_VxD: jax.Array) -> tuple[jax.Array, jax.Array]:
   """(hidden `[B, T, D + 1]`, table `[V, D + 1]`) whose product is `mask_logit(hidden table^T)`, for a loss that
   projects them itself (`jformer.ops.linear_cross_entropy`): a constant 1 feature, and a column that is `MASKED` on
-  the padding row and 0 elsewhere (the masked logit is h.e_0 + MASKED, which is MASKED in float32)."""
-  ones_BxTx1 = jnp.ones(hidden_BxTxD.shape[:-1] + (1,), hidden_BxTxD.dtype)
-  column_Vx1 = jnp.zeros((table_VxD.shape[0], 1), table_VxD.dtype).at[PAD_ID].set(MASKED)
-  return jnp.concatenate([hidden_BxTxD, ones_BxTx1], -1), jnp.concatenate([table_VxD, column_Vx1], -1)
+  the padding row and 0 elsewhere (the masked logit is h.e_0 + MASKED, which is MASKED in float32): a logit bias
+  (`jformer.ops.logit_bias`)."""
+  return logit_bias.append_bias(hidden_BxTxD, table_VxD,
+                                jnp.zeros(table_VxD.shape[0], table_VxD.dtype).at[PAD_ID].set(MASKED))

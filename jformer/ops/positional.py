@@ -1,7 +1,7 @@
 """The math of positional encodings as pure functions (the registered encodings built on it, and how each acts
 on the model: jformer/positional/).
 
-- `sinusoidal`: the paper's fixed table (Sec. 3.5).
+- `sinusoidal`: the paper's fixed table (Sec. 3.5), sin and cos interleaved or in halves.
 - `apply_rotary`: rotary position embedding (RoPE, Su et al. 2021) applied to queries/keys.
 - `alibi_slopes`, `alibi_bias`: attention with linear biases (ALiBi, Press et al. 2022).
 - `relative_positions`, `relative_position_buckets`: key minus query positions and T5's bucketing of them
@@ -17,20 +17,30 @@ import jax.numpy as jnp
 import numpy as np
 
 
-def sinusoidal(length: int, dim: int, *, base: float = 10000.0) -> np.ndarray:
+# Where the sin and cos of each frequency go: "interleaved" (the paper's: features 2i and 2i+1) or "halves"
+# (tensor2tensor's, fairseq's and Marian's: feature i and d/2 + i).
+SINUSOIDAL_LAYOUTS = ("interleaved", "halves")
+
+
+def sinusoidal(length: int, dim: int, *, base: float = 10000.0, layout: str = "interleaved") -> np.ndarray:
   """PE(pos, 2i) = sin(pos / base^(2i/d)),  PE(pos, 2i+1) = cos(pos / base^(2i/d))  (paper Sec. 3.5).
 
-  Sin at even and cos at odd feature indices (interleaved). Computed in float64 numpy and returned as
-  float32, so it is a constant under jit.
+  Sin at even and cos at odd feature indices (`layout` "interleaved"), or the same values with the sines in the
+  first half and the cosines in the second, PE(pos, i) = sin(.), PE(pos, d/2 + i) = cos(.) ("halves": Marian's
+  `embed_positions`). Computed in float64 numpy and returned as float32, so it is a constant under jit.
 
   Returns:
     `[length, dim]` float32.
   """
   if dim % 2:
     raise ValueError(f"sinusoidal positional encoding needs an even dim, got {dim}")
+  if layout not in SINUSOIDAL_LAYOUTS:
+    raise ValueError(f"sinusoidal layout '{layout}' is not one of {list(SINUSOIDAL_LAYOUTS)}")
   position_Lx1 = np.arange(length, dtype=np.float64)[:, None]
   inv_freq_half = base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
   angles_LxHalf = position_Lx1 * inv_freq_half[None, :]
+  if layout == "halves":
+    return np.concatenate([np.sin(angles_LxHalf), np.cos(angles_LxHalf)], axis=1).astype(np.float32)
   table_LxD = np.empty((length, dim), dtype=np.float64)
   table_LxD[:, 0::2] = np.sin(angles_LxHalf)
   table_LxD[:, 1::2] = np.cos(angles_LxHalf)
