@@ -98,7 +98,7 @@ def train_command(workdir, name, **extra):
 
 @pytest.mark.integration
 @pytest.mark.parametrize("name", sorted(PLUGINS))
-def test_flex_plugin_trains_from_the_command_line(tmp_path, name):
+def test_flex_plugin_trains_from_the_command_line(tmp_path, name, scratch_registries):  # load_run imports it here.
   """`jformer train --config=configs/mqar.py --config.imports=FILE --config.model.attention=NAME` in a fresh process:
   four steps, and the plug-in's parameters moved from their initial values in both layers."""
   workdir = tmp_path / "run"

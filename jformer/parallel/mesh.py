@@ -34,9 +34,9 @@ def mesh_shape(parallel_config, num_devices: int | None = None) -> dict[str, int
     sizes[unknown[0]] = num_devices // known
   if math.prod(sizes.values()) > num_devices:
     raise ValueError(f"mesh {sizes} needs {math.prod(sizes.values())} devices but {num_devices} are available; set "
-                     f"parallel.data, fsdp and tensor to sizes whose product is at most {num_devices}, e.g. "
-                     "--config.parallel.data=-1 --config.parallel.fsdp=1 --config.parallel.tensor=1 (the batch over "
-                     "every device: a run's checkpoints resume on any mesh)")
+                     f"parallel.data, fsdp, sequence and tensor to sizes whose product is at most {num_devices}, "
+                     "e.g. --config.parallel.data=-1 --config.parallel.fsdp=1 --config.parallel.sequence=1 "
+                     "--config.parallel.tensor=1 (the batch over every device: a run's checkpoints resume on any mesh)")
   return sizes
 
 

@@ -90,9 +90,9 @@ def test_a_run_resumed_on_fewer_devices_names_the_fix_which_resumes_it(tiny_corp
   shutil.rmtree(workdir / "checkpoints" / "3")  # as if stopped after saving step 2.
   (workdir / "results.json").unlink()
   refused = run_command([*args, "--config.parallel.data=4"], env=devices(1))
-  assert_one_line_error(refused.returncode, refused.stderr, "mesh {'data': 4, 'fsdp': 1, 'tensor': 1} needs 4 devices "
-                        "but 1 are available; set parallel.data, fsdp and tensor to sizes whose product is at most 1, "
-                        "e.g. --config.parallel.data=-1")
+  assert_one_line_error(refused.returncode, refused.stderr, "mesh {'data': 4, 'fsdp': 1, 'sequence': 1, 'tensor': 1} "
+                        "needs 4 devices but 1 are available; set parallel.data, fsdp, sequence and tensor to sizes "
+                        "whose product is at most 1, e.g. --config.parallel.data=-1")
   resumed = run_command([*args, "--config.parallel.data=-1"], env=devices(1))
   assert resumed.returncode == 0, resumed.stderr
   assert "resumed from step 2" in resumed.stdout and "done: step 3" in resumed.stdout
