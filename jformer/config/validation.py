@@ -44,14 +44,15 @@ def validate(config: ml_collections.ConfigDict, backend: str | None = THIS_MACHI
                                  backend=runtime.expected_backend() if backend == THIS_MACHINE else backend)
   if refusal:  # the variant cannot run here at all: its fix first and alone, not what else it would not support.
     raise ValueError("invalid config: " + refusal)
-  problems = _combinations(config) + _sequence_problems(config, model)
+  problems = _combinations(config, model) + _sequence_problems(config, model)
   if problems:
     raise ValueError("invalid config: " + "; ".join(problems))
   return model
 
 
-def _combinations(config: ml_collections.ConfigDict) -> list[str]:
-  """The rules that tie fields of several sections together, each a sentence naming the keys and the fix."""
+def _combinations(config: ml_collections.ConfigDict, built: TransformerConfig) -> list[str]:
+  """The rules that tie fields of several sections together, each a sentence naming the keys and the fix (`built`:
+  the model config validated from `config.model`, built once)."""
   problems = []
   data, train, model = config.data, config.train, config.model
   task = tasks.get(model.architecture)
@@ -78,7 +79,7 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
                       and 1 <= profile[0] <= profile[1]):
     problems.append(f"train.profile_steps={profile} is not two steps (a, b) with 1 <= a <= b; give e.g. "
                     "train.profile_steps=(10, 12), or () for no profile")
-  transfer = surgery.transfer_problem(TransformerConfig.from_config(model), train.attention_transfer)
+  transfer = surgery.transfer_problem(built, train.attention_transfer)
   if transfer:
     problems.append(transfer)
   if not model.predicts_padding and train.label_smoothing > 0:
@@ -93,7 +94,7 @@ def _combinations(config: ml_collections.ConfigDict) -> list[str]:
   if train.average_span and not (train.average_span < 1 and train.average_checkpoints >= 2):
     problems.append(f"train.average_span={train.average_span} needs a fraction below 1 and "
                     f"train.average_checkpoints >= 2 (now {train.average_checkpoints})")
-  problems += _kept_problems(config, task)
+  problems += _kept_problems(config, task, built)
   if config.optimizer.cooldown_fraction > 0.5:
     problems.append(f"optimizer.cooldown_fraction={config.optimizer.cooldown_fraction} is not in [0, 0.5]: the "
                     "cool-down must start after a time budget's planning steps (0 = off)")
@@ -140,7 +141,7 @@ def _sequence_problems(config: ml_collections.ConfigDict, model: TransformerConf
   return problems
 
 
-def _kept_problems(config: ml_collections.ConfigDict, task) -> list[str]:
+def _kept_problems(config: ml_collections.ConfigDict, task, built: TransformerConfig) -> list[str]:
   """`train.keep_best` against the task's kept metrics, decoding and checkpoint averaging; `train.patience` without
   a kept metric."""
   train, problems = config.train, []
@@ -152,7 +153,7 @@ def _kept_problems(config: ml_collections.ConfigDict, task) -> list[str]:
   if train.keep_best not in task.task.kept_metrics:
     problems.append(f"train.keep_best='{train.keep_best}' is not a metric of model.architecture="
                     f"'{config.model.architecture}'; it keeps {', '.join(task.task.kept_metrics)} (or 'none')")
-  elif train.keep_best == "valid_bleu" and (refusal := TransformerConfig.from_config(config.model).attention_refusal(
+  elif train.keep_best == "valid_bleu" and (refusal := built.attention_refusal(
       decoding=True)):
     problems.append(f"train.keep_best='valid_bleu' decodes at every evaluation, but {refusal}; keep 'valid_loss'")
   if train.average_checkpoints:
