@@ -78,6 +78,7 @@ def jformer_run(folder: str, workdir: pathlib.Path, minutes: float) -> dict:
           "parameters": results.get("parameters"), "xz_bpb": results.get("xz_bits_per_byte"),
           "vocab_size": config["model"]["vocab_size"], "dropout_rate": config["model"]["dropout_rate"],
           "recipe": recipe_line, "curve": curve, "late_rise": late_rise(curve, results["step"]),
+          **{key: results.get(key) for key in ("tested_step", "tested_metric", "tested_why")},
           "wall_seconds": round(wall, 1), "busy_share_other": None if other is None else round(other, 3)}
 
 

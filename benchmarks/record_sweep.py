@@ -15,7 +15,8 @@ train step's temporary memory (means), and with `--decode_cache_at=N` the decode
 the row's model (computed from its shapes, `jax.eval_shape`: nothing runs; for language models). The
 figure: each seed's valid bits per byte per row, and test bits per byte against context (the seeds' mean). The
 JSON's `title`, `setup` and `findings` (what the table shows, written after reading it) come from `--title`,
-`--setup` and `--findings` (a text file, one finding per line), or are kept from the JSON already there.
+`--setup` and `--findings` (a JSON file: a list of {"text", "rows", "seeds"}, each finding naming the table rows it
+rests on and their seeds; docs/results/findings.py checks them), or are kept from the JSON already there.
 """
 
 from __future__ import annotations
@@ -304,7 +305,8 @@ def main():
   parser.add_argument("--figure", required=True, help="the PNG to write (docs/results/...)")
   parser.add_argument("--title", default="", help="the table's title (default: kept from --json)")
   parser.add_argument("--setup", default="", help="what was run (default: kept from --json)")
-  parser.add_argument("--findings", default="", help="text file, one finding per line (default: kept from --json)")
+  parser.add_argument("--findings", default="", help="JSON file: a list of {text, rows, seeds} (default: kept "
+                      "from --json)")
   parser.add_argument("--finished_only", action="store_true", help="record the finished points of a sweep with "
                       "seeds (the others left out; say so in --setup)")
   parser.add_argument("--decode_cache_at", type=int, default=0, help="add the decode cache of one row of this many "
@@ -316,8 +318,7 @@ def main():
 
   sweep = sweep_lib.load(args.sweep)
   kept = json.loads(pathlib.Path(args.json).read_text()) if os.path.exists(args.json) else {}
-  findings = (pathlib.Path(args.findings).read_text().strip().splitlines() if args.findings
-              else kept.get("findings", []))
+  findings = json.loads(pathlib.Path(args.findings).read_text()) if args.findings else kept.get("findings", [])
   title = args.title or kept.get("title") or f"sweep {sweep.name}"
   report_rows, curves = report.collect(sweep, args.root)
   seeded = any(is_seed(key) for key in sweep.keys)
@@ -348,7 +349,7 @@ def main():
       "setup": args.setup or kept.get("setup", ""), "headers": headers, "rows": rows, "figure": figure,
       "findings": findings, "points": points})
   if not findings:
-    print(f"note: no findings yet: write them (one per line) and pass --findings, or edit {args.json}")
+    print(f"note: no findings yet: write them ([{{text, rows, seeds}}]) and pass --findings, or edit {args.json}")
 
 
 if __name__ == "__main__":

@@ -107,3 +107,66 @@ def test_benchmarks_record_their_commit_and_command(tmp_path):
 
   assert provenance.git_commit(tmp_path) == "unknown"
   assert re.fullmatch(r"[0-9a-f]{4,40}(-dirty)?|unknown", common.machine()["commit"])
+
+
+findings = load("docs_results_findings", PAGES / "findings.py")
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=lambda p: p.name)
+def test_every_finding_names_rows_that_exist_and_numbers_its_file_holds(path):
+  problems = findings.problems(json.loads(path.read_text()))
+  assert not problems, "\n".join(problems)
+
+
+SWEEP = {"rows": [["modern", "1.747", "1.750 / 1.745", "128"], ["pre-LN", "1.821", "1.821 / 1.820", "148"]],
+         "setup": "three minutes; the old run read 19.06"}
+
+
+def finding(text, rows=("modern", "pre-LN"), seeds=(0, 1)):
+  return {**SWEEP, "findings": [{"text": text, "rows": list(rows), "seeds": list(seeds)}]}
+
+
+def test_a_finding_citing_a_missing_row_fails():
+  [problem] = findings.problems(finding("modern scored 1.747", rows=("modern", "post-LN")))
+  assert "cites rows ['post-LN'] that the table lacks" in problem and "'modern'" in problem
+
+
+def test_a_finding_stating_a_number_its_file_lacks_fails():
+  # 19.06 is only in the hand-written setup, and 0.080 is no difference of the cited rows' values (0.074 is).
+  problems = findings.problems(finding("modern 1.747 against 1.821 (0.074 better), as an old run's 19.06 and 0.080"))
+  assert [p.split("states ")[1].split(",")[0] for p in problems] == ["19.06", "0.080"]
+
+
+def test_differences_ratios_and_percentages_come_from_the_cited_rows_only():
+  ok = finding("1.747 against 1.821: 0.074 lower at 14% fewer steps (128 against 148), 1.16x the steps")
+  assert findings.problems(ok) == []
+  # The same 0.074 from one row alone is not a difference of that row's values.
+  [problem] = findings.problems(finding("modern is 0.074 lower", rows=("modern",)))
+  assert "states 0.074" in problem
+
+
+def test_a_finding_without_rows_or_seeds_fails_and_one_seed_is_said():
+  problems = findings.problems(finding("modern scored 1.747", rows=(), seeds=()))
+  assert any("names no rows" in p for p in problems) and any("names no seeds" in p for p in problems)
+  assert "one seed (0)" in findings.render([{"text": "x", "rows": ["modern"], "seeds": [0]}])
+
+
+def test_check_fails_on_an_unsupported_finding(tmp_path, monkeypatch, capsys):
+  results = tmp_path / "benchmarks" / "results"
+  results.mkdir(parents=True)
+  data = json.loads((REPO / "benchmarks" / "results" / "sweep_lm_blocks.json").read_text())
+  data["findings"][0]["rows"].append("no such row")
+  (results / "sweep_lm_blocks.json").write_text(json.dumps(data))
+  (tmp_path / "docs" / "results").mkdir(parents=True)
+  (tmp_path / "docs" / "results" / "support.json").write_text((PAGES / "support.json").read_text())
+  monkeypatch.setattr(generate, "REPO", tmp_path)
+  assert generate.main(["--check"]) == 1
+  out = capsys.readouterr().out
+  assert "unsupported finding: benchmarks/results/sweep_lm_blocks.json" in out and "no such row" in out
+
+
+def test_a_reduced_run_says_so_in_its_pages_first_line():
+  page = next(p for p in generate.PAGES if p.kind == "surgery")
+  data = json.loads((REPO / "benchmarks" / "results" / "surgery.json").read_text())
+  lines = generate.render_page(page, [("benchmarks/results/surgery.json", data)]).splitlines()
+  assert lines[2] == "# " + page.title and lines[4].startswith("**Reduced run**: the teacher trained 150")

@@ -7,7 +7,9 @@
 Sources: `benchmarks/results/*.json`, one page per benchmark kind (the file's `benchmark` key; several files of a
 kind share its page, in file-name order), and `docs/results/support.json` (support.md). `README.md` here is the
 index. Every table says where it was measured: the date, commit, machine, software and command of its file's
-`machine` block. The output depends on the JSON alone (files in sorted order, fixed number formats), so `--check`
+`machine` block. A file's findings name the rows they rest on and their seeds (`findings.py` beside this script
+checks their numbers; `--check` fails on a finding its file does not support), and a reduced run says so in its
+page's first line. The output depends on the JSON alone (files in sorted order, fixed number formats), so `--check`
 is stable. Standard library only: no JAX needed.
 """
 
@@ -19,6 +21,9 @@ import json
 import pathlib
 import sys
 from typing import Callable
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import findings  # noqa: E402  (docs/results/findings.py, beside this script)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RESULTS = "benchmarks/results"
@@ -472,16 +477,24 @@ The script exits with status 1 if a kernel misses its tolerance. A subset of the
 """
 
 
+def tested(results: dict) -> str:
+  """Which checkpoint a run's test figures are of: its `tested_step` (train.keep_best), or the last step where the
+  run predates that record."""
+  if results.get("tested_step") is None:
+    return "the last step (recorded before `train.keep_best`)"
+  return f"step {results['tested_step']:,} ({results.get('tested_why') or results.get('tested_metric')})"
+
+
 def demo_section(path: str, data: dict) -> str:
   r = data["results"]
   other = data.get("busy_share_other")
   body = table(["config", "overrides", "planned steps", "s per step", "train loss", "valid loss", "test BLEU",
-                "wall time", "CPU used by other processes"],
+                "tested", "wall time", "CPU used by other processes"],
                [[f"`{data['config']}`", " ".join(f"`{o}`" for o in data["overrides"]) or "none",
                  count(r.get("planned_steps", r["step"])), fixed(r.get("budget_step_seconds"), 3),
-                 fixed(r.get("train_loss"), 3), fixed(r.get("eval_loss"), 3), fixed(r.get("bleu"), 2),
+                 fixed(r.get("train_loss"), 3), fixed(r.get("eval_loss"), 3), fixed(r.get("bleu"), 2), tested(r),
                  f"{data['wall_seconds'] / 60:.1f} min", "not measured" if other is None else percent(other)]],
-               "llrrrrrrr")
+               "llrrrrrlrr")
   return paragraphs(provenance(path, data), body)
 
 
@@ -501,7 +514,7 @@ def sweep_section(path: str, data: dict) -> str:
   parts = [f"**{data['title']}**", provenance(path, data), data["setup"], body]
   if data.get("figure"):
     parts.append(f"![{data['title']}]({data['figure']})")
-  parts.append("What it shows:\n" + "\n".join(f"- {finding}" for finding in data["findings"]))
+  parts.append(findings.render(data["findings"]))
   return paragraphs(*parts)
 
 
@@ -585,7 +598,12 @@ def report_card_section(path: str, data: dict) -> str:
           f"`{baseline['machine']['commit']}` on {machine_line(baseline['machine'])}.")
   progress = "The card's progress lines (the training runs' own lines between them left out):\n\n```\n" + "\n".join(
       data["progress"]) + "\n```"
-  return paragraphs(provenance(path, data), setup, data["table"], base,
+  # The card labelled every difference better or worse; one seed measures no spread, so the page gives none.
+  unlabelled = data["table"].replace(" (better)", "").replace(" (worse)", "")
+  verdict = ("The last column is the difference, without a verdict: each training part ran one seed, so no spread "
+             "was measured to tell a difference from seed noise, and the baseline's times and memory were measured "
+             "in another process.")
+  return paragraphs(provenance(path, data), setup, unlabelled, verdict, base,
                     f"![report card: {card['variant']}]({data['figure']})", progress)
 
 
@@ -634,9 +652,10 @@ def lm_baseline_section(path: str, data: dict) -> str:
       chosen = f"vocabulary {run['vocab_size']}, dropout {run['dropout_rate']}" if model == "jformer" else \
           "bytes, dropout 0.2"
       rows.append([size, label, chosen, count(run["steps"]), fixed(run["valid_bpb"], 3), fixed(run["test_bpb"], 3),
-                   fixed(run["late_rise"], 3), percent(run["busy_share_other"])])
-  body = table(["text (train split)", "model", "chosen", "steps", "valid bits/byte", "test bits/byte",
-                "late rise", "CPU used by other processes"], rows, "lllrrrrr")
+                   tested(run) if model == "jformer" else "the last step", fixed(run["late_rise"], 3),
+                   percent(run["busy_share_other"])])
+  body = table(["text (train split)", "model", "chosen", "steps", "valid bits/byte", "test bits/byte", "tested",
+                "late rise", "CPU used by other processes"], rows, "lllrrrlrr")
   recipes = "\n".join(f"- {c['name']}: `{c['jformer']['recipe']}`" for c in data["corpora"])
   xz = ", ".join(f"{c['name']} {c['jformer']['xz_bpb']:.3f}" for c in data["corpora"] if c["jformer"].get("xz_bpb"))
   parts = [provenance(path, data), f"Each run trained for {data['minutes']:g} minutes of wall clock.", body,
@@ -683,7 +702,7 @@ def surgery_section(path: str, data: dict) -> str:
                 "converted - scratch"], rows, "lrrrrr")
   parts = [provenance(path, data), steps, body]
   if data.get("findings"):
-    parts.append(data["findings"])
+    parts.append(findings.render(data["findings"]))
   if data.get("figure"):
     parts.append(f"![valid bits per byte against steps]({pathlib.Path(data['figure']).name})")
   return paragraphs(*parts)
@@ -779,7 +798,9 @@ def load_results(repo: pathlib.Path) -> dict[str, list[tuple[str, dict]]]:
 
 def render_page(page: Page, files: list[tuple[str, dict]]) -> str:
   sources = ", ".join(path for path, _ in files) or f"no {RESULTS}/*.json of this kind"
-  parts = [header(sources), f"# {page.title}", page.intro] + ([TIMING_RULES] if page.timed else [])
+  reduced = [f"{findings.banner(data)} (`{pathlib.PurePosixPath(path).name}`)" for path, data in files
+             if findings.banner(data)]
+  parts = [header(sources), f"# {page.title}", *reduced, page.intro] + ([TIMING_RULES] if page.timed else [])
   if not files:
     parts.append(f"No results of this kind in `{RESULTS}/`.")
   for path, data in files:
@@ -835,6 +856,12 @@ def render_all(repo: pathlib.Path = REPO) -> dict[str, str]:
   return dict(sorted(pages.items()))
 
 
+def finding_problems(repo: pathlib.Path = REPO) -> list[str]:
+  """What the findings of each results file claim that the file does not hold (`findings.problems`)."""
+  return [f"{path}: {problem}" for files in load_results(repo).values() for path, data in files
+          for problem in findings.problems(data)]
+
+
 def stale(pages: dict[str, str], folder: pathlib.Path) -> list[str]:
   """The pages whose file in `folder` is missing or differs."""
   return [name for name, text in pages.items()
@@ -849,11 +876,18 @@ def main(argv=None) -> int:
   pages = render_all(REPO)
   folder = pathlib.Path(args.out) if args.out else REPO / PAGES_DIR
   if args.check:
+    unsupported = finding_problems(REPO)
+    for problem in unsupported:
+      print(f"unsupported finding: {problem}")
     names = stale(pages, folder)
     for name in names:
       print(f"stale: {PAGES_DIR}/{name}" if not args.out else f"stale: {folder / name}")
     if names:
       print(f"run `{COMMAND}` to regenerate", file=sys.stderr)
+    if unsupported:
+      print("a finding names the rows it rests on and states only numbers of its file (docs/results/findings.py)",
+            file=sys.stderr)
+    if names or unsupported:
       return 1
     print(f"{len(pages)} pages up to date")
     return 0
