@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import json
 import pathlib
+import re
 import sys
 from typing import Callable
 
@@ -368,7 +369,10 @@ def attention_section(path: str, data: dict) -> str:
                    if beside else [])
                 + [fixed(r["compile_s"], 2)] for r in rows],
                "lrrrrrr" + "lrr" * beside + "r")
-  return paragraphs(provenance(path, data), facts, body)
+  reps = re.search(r"--reps[= ](\d+)", data["machine"].get("command", ""))
+  few = (f"Timed with {reps.group(1)} repetitions per point, below the rule of 5 above: the medians are less steady."
+         if reps and int(reps.group(1)) < 5 else "")
+  return paragraphs(provenance(path, data), facts, few, body)
 
 
 ATTENTION_INTRO = """\
