@@ -10,7 +10,7 @@
     jformer launch --sweep=configs/sweeps/attention_variants.py [--backend=local|slurm|tpu_vm] [--dry_run]
     jformer sweep-report --sweep=configs/sweeps/attention_variants.py
     jformer report-card --config.model.attention=linear [--config.imports=my_attention.py] [--remeasure]
-    jformer list [attention|positional|normalization|activation|dataset|task]
+    jformer list [attention|positional|normalization|activation|dataset|task] [--config.imports=my_attention.py]
     jformer import-hf path/to/hf_model --workdir=runs/llama [--config.data.path=DIR ...]
     jformer train --workdir=runs/llama   (fine-tunes an imported model: the workdir's config)
     jformer export-hf --workdir=runs/llama path/to/out
@@ -364,22 +364,30 @@ def _print_plugins(registry) -> None:
     print(f"{name:<20} {registry.doc(name)}" + (f"\n{'':<20} {details}" if details else ""))
 
 
-def _kinds() -> dict:
-  """Every plug-in registry by kind, all plug-in packages imported."""
+def _kinds(command: str, overrides: dict) -> dict:
+  """Every plug-in registry by kind, all plug-in packages imported and the plug-ins of `--config.imports`; any
+  other override is refused (`command` lists, it reads no other config key)."""
   from jformer import attention, data, interop, positional, registry, tasks  # noqa: F401 (their registrations)
+  from jformer import config as config_lib
 
+  ignored = sorted(key for key in overrides if key != "imports")
+  if ignored:
+    raise ValueError(f"--config.{ignored[0]} is not read by {command}, which only lists plug-ins; drop it (give "
+                     "--config.imports=path/to/file.py to list your own plug-ins too)")
+  config_lib.import_plugins(overrides.get("imports", ""))
   return registry.kinds()
 
 
 def _list_arguments(parser):
   parser.add_argument("kind", nargs="?", help="a plug-in kind: attention variant, positional encoding, "
-                      "normalization, activation, dataset, task, pretrained architecture (default: every kind)")
+                      "normalization, activation, dataset, task, pretrained architecture (default: every kind); "
+                      "--config.imports=path/to/file.py lists your plug-ins too")
 
 
 @command("list", "list the registered plug-ins of every kind (or of one): attention variants, positional "
          "encodings, normalizations, activations, datasets, tasks")
 def list_command(args, overrides):
-  kinds = _kinds()
+  kinds = _kinds("jformer list", overrides)
   chosen = [k for k in kinds if args.kind in (None, k, k.split()[0])]
   if not chosen:
     raise ValueError(f"unknown plug-in kind '{args.kind}'; kinds: {sorted(kinds)}")
@@ -397,12 +405,12 @@ def _list_action(parser):
 
 @command("attention", "list the registered attention variants (= jformer list attention)")
 def attention_command(args, overrides):
-  _print_plugins(_kinds()["attention variant"])
+  _print_plugins(_kinds("jformer attention list", overrides)["attention variant"])
 
 
 @command("positional", "list the registered positional encodings (= jformer list positional)")
 def positional_command(args, overrides):
-  _print_plugins(_kinds()["positional encoding"])
+  _print_plugins(_kinds("jformer positional list", overrides)["positional encoding"])
 
 
 attention_command.add_arguments = positional_command.add_arguments = _list_action

@@ -61,6 +61,22 @@ def test_positional_list(capsys):
   assert "acts: bias; options: num_buckets=32, max_distance=128; learns: relative_embedding [num_buckets, heads]" in out
 
 
+def test_list_shows_the_plugins_of_config_imports_and_refuses_other_overrides(repo_root, capsys, scratch_registries):
+  """`jformer list attention --config.imports=FILE` loads the file and lists its variant; a config key list does not
+  read is refused in one line, not ignored."""
+  plugin = repo_root / "tests" / "plugins" / "learned_alibi.py"
+  for argv in (["list", "attention"], ["attention", "list"]):
+    main.main([*argv, f"--config.imports={plugin}"])
+    out = capsys.readouterr().out
+    assert re.search(r"^learned_alibi +ALiBi with a learned slope per head", out, re.M), out
+    assert "learns: log_slope [heads]" in out
+  with pytest.raises(SystemExit) as stop:
+    main.main(["list", "attention", f"--config.imports={plugin}", "--config.model.attention=learned_alibi"])
+  assert stop.value.code == ("jformer list: error: --config.model.attention is not read by jformer list, which only "
+                             "lists plug-ins; drop it (give --config.imports=path/to/file.py to list your own "
+                             "plug-ins too)")
+
+
 def test_train_errors_are_one_line_unless_verbose(repo_root, tmp_path):
   typo = tmp_path / "typo.py"
   typo.write_text((repo_root / "configs" / "small.py").read_text().replace(
@@ -82,7 +98,7 @@ def test_list_names_every_registered_plugin_of_every_kind_or_of_one(repo_root):
 
   # The registries as a fresh process holds them (this one may hold plug-ins other tests loaded with their runs).
   fresh = subprocess.run([sys.executable, "-c", "import json; from jformer import main; print(json.dumps("
-                          "{kind: plugins.available() for kind, plugins in main._kinds().items()}))"],
+                          "{kind: plugins.available() for kind, plugins in main._kinds('list', {}).items()}))"],
                          cwd=repo_root, capture_output=True, text=True, timeout=300, check=True)
   kinds = json.loads(fresh.stdout)
   everything = run("list", cwd=repo_root)
