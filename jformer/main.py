@@ -17,7 +17,9 @@
     jformer visualize-attention --workdir=runs/demo --text "Save the file." [--out=runs/demo/attention]
 
 Config overrides are `--config.<dotted.key>=<value>` after the sub-command. Every sub-command takes `--verbose`
-(the traceback of an error, not just its one line). Exit codes (docs/reliability.md): 0 done (a preempted run too),
+(the traceback of an error, not just its one line) and `--verbosity=debug|info|warning|error`, the absl log level
+shown on the console (default warning: progress lines, warnings and errors; `info` adds e.g. the line saying which
+kernel runs each attention call and why: `auto`'s choice, a flex variant on the blockwise engine). Exit codes (docs/reliability.md): 0 done (a preempted run too),
 1 the command failed on its input (config, data, workdir) or a fault, 2 a command-line usage error.
 """
 
@@ -31,6 +33,7 @@ import time
 from jformer import runtime
 
 COMMANDS = {}
+VERBOSITIES = ("debug", "info", "warning", "error")  # `--verbosity`: absl's level names.
 
 
 def command(name: str, help_text: str):
@@ -297,12 +300,11 @@ export_hf.add_arguments = _export_hf_arguments
 
 
 def _quiet_logs():
-  """Keeps the console for progress lines: absl INFO and tfds progress bars off unless --verbosity asks, and no
-  warning from Orbax that a checkpoint directory opened read-only (to translate, average) is read-only, nor from
+  """Keeps the console for progress lines (absl's level is `--verbosity`'s, set by `main`): no tfds progress bars,
+  no warning from Orbax that a checkpoint directory opened read-only (to translate, average) is read-only, nor from
   tfds that a folder dataset (`parallel_text`, `text`) has its own builder config."""
   from absl import logging
 
-  logging.set_verbosity(logging.WARNING)
   noise = ("Given directory is read only", "Using custom data configuration")  # Orbax; tfds, for our folder builders.
   logging.get_absl_logger().addFilter(lambda record: not record.getMessage().startswith(noise))
   import tensorflow_datasets as tfds
@@ -466,6 +468,9 @@ def parse(argv):
     fn.add_arguments(sub_parser)
     sub_parser.add_argument("--verbose", action="store_true",
                             help="show the traceback of an error, not just its message")
+    sub_parser.add_argument("--verbosity", choices=VERBOSITIES, default="warning",
+                            help="absl log level shown (default warning); info adds which kernel runs each "
+                            "attention call and why")
   for name, (_, help_text) in DELEGATED.items():
     sub.add_parser(name, help=help_text, add_help=False)
   args, rest = parser.parse_known_args(argv)
@@ -486,6 +491,9 @@ def main(argv=None):
     sys.exit(importlib.import_module(DELEGATED[argv[0]][0]).main(argv[1:]))
   args, overrides = parse(argv)
   fn, _ = COMMANDS[args.command]
+  from absl import logging
+
+  logging.set_verbosity(args.verbosity)
   runtime.configure_host_allocator()  # before JAX starts its threads.
   runtime.configure_compilation_cache()  # before the first compilation.
   try:

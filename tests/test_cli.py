@@ -46,6 +46,21 @@ def test_bad_override_exits_with_message(repo_root):
   assert result.returncode != 0 and "unrecognised argument '--bogus'" in result.stderr
 
 
+@pytest.mark.integration  # two forward passes of a small model, in processes of their own.
+def test_verbosity_info_shows_which_kernel_runs_each_attention_call(repo_root):
+  """The line saying which kernel `auto` picked (and why) is absl INFO: on the console with --verbosity=info, every
+  sub-command taking the flag; off by default, so that the console keeps the progress lines."""
+  args = ["summary", "--config=configs/small.py", "--forward", "--config.model.d_model=32",
+          "--config.model.num_heads=2", "--config.model.d_ff=64"]
+  shown, default = run(*args, "--verbosity=info", cwd=repo_root), run(*args, cwd=repo_root)
+  assert shown.returncode == default.returncode == 0, shown.stderr + default.stderr
+  # Once per distinct call (the forward pass's self-attention, padded and causal), naming the kernel.
+  assert re.findall(r"attention 'auto' on cpu, float32, T=32 S=32 H=2 K=2 D=16, (.*)$", shown.stderr, re.M) == [
+      "segment_ids: dot_product", "causal+segment_ids: dot_product"], shown.stderr
+  assert "attention 'auto'" not in default.stderr and "finite=True" in default.stdout
+  assert main.parse(["list", "--verbosity=debug"])[0].verbosity == "debug"
+
+
 def test_attention_list(capsys):
   main.main(["attention", "list"])
   out = capsys.readouterr().out
