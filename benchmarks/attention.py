@@ -20,6 +20,7 @@ is the steadier figure). The first line names the machine (CPU model and SIMD fl
     python benchmarks/attention.py --max_length=8192 --variants=dot_product,chunked --json=attention.json
     python benchmarks/attention.py --lengths=2048 --variants=chunked,additive --reps=1
     python benchmarks/attention.py --options='{"chunked": {"key_chunk_size": 512}}'
+    python benchmarks/attention.py --imports=tests/plugins/learned_alibi.py --variants=learned_alibi,chunked+alibi
     python benchmarks/attention.py --lengths=2048,8192 --variants=dot_product+alibi,chunked+alibi,flex_alibi,local,\
         flex_window --options='{"local": {"window_size": 128}, "flex_window": {"window_size": 128}}'
 """
@@ -37,6 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from jformer import attention, registry
+from jformer import config as config_lib
 from jformer.attention import flex
 from jformer.ops.positional import alibi_bias, alibi_slopes
 
@@ -83,9 +85,15 @@ def parse_args(argv=None):
   parser.add_argument("--options", default="{}", help='JSON {variant: {option: value}}, e.g. \'{"local": '
                       '{"window_size": 128}}\'')
   parser.add_argument("--json", default="", help="also write the rows to this JSON file")
+  parser.add_argument("--imports", default="", help="plug-ins to load first, comma-separated files or modules, as "
+                      "a config's imports (e.g. --imports=my_attention.py --variants=my_attention)")
   args = parser.parse_args(argv)
   if args.reps < 1:
     parser.error("--reps must be >= 1")
+  try:
+    config_lib.import_plugins(args.imports)  # the loader --config.imports uses.
+  except (ValueError, FileNotFoundError) as e:
+    parser.error(f"--imports: {e}")
   register_flex_variants(args.heads)
   args.variants = args.variants.split(",") if args.variants else [
       name for name in attention.available() if runs_here(name, args)]

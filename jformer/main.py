@@ -10,14 +10,16 @@
     jformer launch --sweep=configs/sweeps/attention_variants.py [--backend=local|slurm|tpu_vm] [--dry_run]
     jformer sweep-report --sweep=configs/sweeps/attention_variants.py
     jformer report-card --config.model.attention=linear [--config.imports=my_attention.py] [--remeasure]
-    jformer list [attention|positional|normalization|activation|dataset|task]
+    jformer list [attention|positional|normalization|activation|dataset|task] [--config.imports=my_attention.py]
     jformer import-hf path/to/hf_model --workdir=runs/llama [--config.data.path=DIR ...]
     jformer train --workdir=runs/llama   (fine-tunes an imported model: the workdir's config)
     jformer export-hf --workdir=runs/llama path/to/out
     jformer visualize-attention --workdir=runs/demo --text "Save the file." [--out=runs/demo/attention]
 
 Config overrides are `--config.<dotted.key>=<value>` after the sub-command. Every sub-command takes `--verbose`
-(the traceback of an error, not just its one line). Exit codes (docs/reliability.md): 0 done (a preempted run too),
+(the traceback of an error, not just its one line) and `--verbosity=debug|info|warning|error`, the absl log level
+shown on the console (default warning: progress lines, warnings and errors; `info` adds e.g. the line saying which
+kernel runs each attention call and why: `auto`'s choice, a flex variant on the blockwise engine). Exit codes (docs/reliability.md): 0 done (a preempted run too),
 1 the command failed on its input (config, data, workdir) or a fault, 2 a command-line usage error.
 """
 
@@ -31,6 +33,7 @@ import time
 from jformer import runtime
 
 COMMANDS = {}
+VERBOSITIES = ("debug", "info", "warning", "error")  # `--verbosity`: absl's level names.
 
 
 def command(name: str, help_text: str):
@@ -297,12 +300,11 @@ export_hf.add_arguments = _export_hf_arguments
 
 
 def _quiet_logs():
-  """Keeps the console for progress lines: absl INFO and tfds progress bars off unless --verbosity asks, and no
-  warning from Orbax that a checkpoint directory opened read-only (to translate, average) is read-only, nor from
+  """Keeps the console for progress lines (absl's level is `--verbosity`'s, set by `main`): no tfds progress bars,
+  no warning from Orbax that a checkpoint directory opened read-only (to translate, average) is read-only, nor from
   tfds that a folder dataset (`parallel_text`, `text`) has its own builder config."""
   from absl import logging
 
-  logging.set_verbosity(logging.WARNING)
   noise = ("Given directory is read only", "Using custom data configuration")  # Orbax; tfds, for our folder builders.
   logging.get_absl_logger().addFilter(lambda record: not record.getMessage().startswith(noise))
   import tensorflow_datasets as tfds
@@ -364,22 +366,30 @@ def _print_plugins(registry) -> None:
     print(f"{name:<20} {registry.doc(name)}" + (f"\n{'':<20} {details}" if details else ""))
 
 
-def _kinds() -> dict:
-  """Every plug-in registry by kind, all plug-in packages imported."""
+def _kinds(command: str, overrides: dict) -> dict:
+  """Every plug-in registry by kind, all plug-in packages imported and the plug-ins of `--config.imports`; any
+  other override is refused (`command` lists, it reads no other config key)."""
   from jformer import attention, data, interop, positional, registry, tasks  # noqa: F401 (their registrations)
+  from jformer import config as config_lib
 
+  ignored = sorted(key for key in overrides if key != "imports")
+  if ignored:
+    raise ValueError(f"--config.{ignored[0]} is not read by {command}, which only lists plug-ins; drop it (give "
+                     "--config.imports=path/to/file.py to list your own plug-ins too)")
+  config_lib.import_plugins(overrides.get("imports", ""))
   return registry.kinds()
 
 
 def _list_arguments(parser):
   parser.add_argument("kind", nargs="?", help="a plug-in kind: attention variant, positional encoding, "
-                      "normalization, activation, dataset, task, pretrained architecture (default: every kind)")
+                      "normalization, activation, dataset, task, pretrained architecture (default: every kind); "
+                      "--config.imports=path/to/file.py lists your plug-ins too")
 
 
 @command("list", "list the registered plug-ins of every kind (or of one): attention variants, positional "
          "encodings, normalizations, activations, datasets, tasks")
 def list_command(args, overrides):
-  kinds = _kinds()
+  kinds = _kinds("jformer list", overrides)
   chosen = [k for k in kinds if args.kind in (None, k, k.split()[0])]
   if not chosen:
     raise ValueError(f"unknown plug-in kind '{args.kind}'; kinds: {sorted(kinds)}")
@@ -397,12 +407,12 @@ def _list_action(parser):
 
 @command("attention", "list the registered attention variants (= jformer list attention)")
 def attention_command(args, overrides):
-  _print_plugins(_kinds()["attention variant"])
+  _print_plugins(_kinds("jformer attention list", overrides)["attention variant"])
 
 
 @command("positional", "list the registered positional encodings (= jformer list positional)")
 def positional_command(args, overrides):
-  _print_plugins(_kinds()["positional encoding"])
+  _print_plugins(_kinds("jformer positional list", overrides)["positional encoding"])
 
 
 attention_command.add_arguments = positional_command.add_arguments = _list_action
@@ -458,6 +468,9 @@ def parse(argv):
     fn.add_arguments(sub_parser)
     sub_parser.add_argument("--verbose", action="store_true",
                             help="show the traceback of an error, not just its message")
+    sub_parser.add_argument("--verbosity", choices=VERBOSITIES, default="warning",
+                            help="absl log level shown (default warning); info adds which kernel runs each "
+                            "attention call and why")
   for name, (_, help_text) in DELEGATED.items():
     sub.add_parser(name, help=help_text, add_help=False)
   args, rest = parser.parse_known_args(argv)
@@ -478,6 +491,9 @@ def main(argv=None):
     sys.exit(importlib.import_module(DELEGATED[argv[0]][0]).main(argv[1:]))
   args, overrides = parse(argv)
   fn, _ = COMMANDS[args.command]
+  from absl import logging
+
+  logging.set_verbosity(args.verbosity)
   runtime.configure_host_allocator()  # before JAX starts its threads.
   runtime.configure_compilation_cache()  # before the first compilation.
   try:

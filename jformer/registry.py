@@ -4,8 +4,9 @@ datasets, tasks), and the declaration of a plug-in's learned parameters.
 A `Registry` maps a config string to an entry. Every kind registers the same way, with `REGISTRY.register(name,
 **declaration)` above a function or class; the kind turns the declaration into its entry (`declare`), so an
 attention variant's entry holds what it supports, a task's entry its model. An unknown name is refused with the
-known ones listed; a name registered twice is refused naming both places. Tests and notebooks add entries for one
-block with `temporary()`. `kinds()` lists every registry by kind (`jformer list`).
+known ones listed; a name registered twice is refused naming both places, unless it is the same registration run
+again (one file loaded twice: once by `import`, once by path from `config.imports`). Tests and notebooks add
+entries for one block with `temporary()`. `kinds()` lists every registry by kind (`jformer list`).
 
 A plug-in that learns something declares its parameters as `Param`s; the Flax module that uses it creates them
 (`jformer.models.plugin_params.create`), so the plug-in's math stays a pure function of explicit arrays.
@@ -54,6 +55,7 @@ class Registry(Generic[Entry]):
     self._details = details or (lambda entry: "")
     self._entries: dict[str, Entry] = {}
     self._origins: dict[str, str] = {}
+    self._identities: dict[str, tuple[str, str, str]] = {}  # name -> what makes a registration the same (`_identity`).
     _KINDS[kind] = self
 
   def __repr__(self) -> str:
@@ -65,21 +67,26 @@ class Registry(Generic[Entry]):
     origin = origin or _origin(sys._getframe(1))
 
     def wrap(obj):
-      self.add(name, self._declare(name, obj, **declaration), origin=origin)
+      self.add(name, self._declare(name, obj, **declaration), origin=origin, registers=obj)
       return obj
 
     return wrap
 
-  def add(self, name: str, entry: Entry, *, origin: str | None = None) -> Entry:
+  def add(self, name: str, entry: Entry, *, origin: str | None = None, registers: Any = None) -> Entry:
     """Registers `entry` as `name`; a name registered twice is an error naming both places (two plug-ins would
-    shadow each other). `origin`: where it is registered ("file:line"), default the caller."""
+    shadow each other). `origin`: where it is registered ("file:line"), default the caller; `registers`: the
+    object registered (default `entry`). The same registration run again (the same file and line registering an
+    object of the same qualified name: a file imported as a module and again by path) replaces the entry, as a
+    module reload would."""
     origin = origin or _origin(sys._getframe(1))
-    if name in self._entries:
+    identity = _identity(origin, entry if registers is None else registers)
+    if name in self._entries and self._identities[name] != identity:
       raise ValueError(f"{self.kind} '{name}' is registered twice: at {self._origins[name]} and at {origin}; "
                        "rename one of them, or import the file once (a file named in config.imports is not "
                        "also imported by another plug-in)")
     self._entries[name] = entry
     self._origins[name] = origin
+    self._identities[name] = identity
     _GENERATION[0] += 1
     return entry
 
@@ -122,11 +129,11 @@ class Registry(Generic[Entry]):
   @contextlib.contextmanager
   def temporary(self) -> Iterator[Registry]:
     """Within the block, entries may be registered (e.g. by a test); they are dropped when it ends."""
-    entries, origins = dict(self._entries), dict(self._origins)
+    entries, origins, identities = dict(self._entries), dict(self._origins), dict(self._identities)
     try:
       yield self
     finally:
-      self._entries, self._origins = entries, origins
+      self._entries, self._origins, self._identities = entries, origins, identities
       _GENERATION[0] += 1
 
 
@@ -156,6 +163,13 @@ def _origin(frame) -> str:
   except ValueError:  # another drive (Windows)
     pass
   return f"{path}:{frame.f_lineno}"
+
+
+def _identity(origin: str, obj: Any) -> tuple[str, str, str]:
+  """(real path of the registering file, line, qualified name of the object registered): equal for one
+  registration however its file was loaded (`origin` is relative to the working directory or absolute)."""
+  path, _, line = origin.rpartition(":")
+  return os.path.realpath(path), line, getattr(obj, "__qualname__", type(obj).__qualname__)
 
 
 def option_type(parameter: inspect.Parameter) -> type | None:

@@ -46,6 +46,21 @@ def test_bad_override_exits_with_message(repo_root):
   assert result.returncode != 0 and "unrecognised argument '--bogus'" in result.stderr
 
 
+@pytest.mark.integration  # two forward passes of a small model, in processes of their own.
+def test_verbosity_info_shows_which_kernel_runs_each_attention_call(repo_root):
+  """The line saying which kernel `auto` picked (and why) is absl INFO: on the console with --verbosity=info, every
+  sub-command taking the flag; off by default, so that the console keeps the progress lines."""
+  args = ["summary", "--config=configs/small.py", "--forward", "--config.model.d_model=32",
+          "--config.model.num_heads=2", "--config.model.d_ff=64"]
+  shown, default = run(*args, "--verbosity=info", cwd=repo_root), run(*args, cwd=repo_root)
+  assert shown.returncode == default.returncode == 0, shown.stderr + default.stderr
+  # Once per distinct call (the forward pass's self-attention, padded and causal), naming the kernel.
+  assert re.findall(r"attention 'auto' on cpu, float32, T=32 S=32 H=2 K=2 D=16, (.*)$", shown.stderr, re.M) == [
+      "segment_ids: dot_product", "causal+segment_ids: dot_product"], shown.stderr
+  assert "attention 'auto'" not in default.stderr and "finite=True" in default.stdout
+  assert main.parse(["list", "--verbosity=debug"])[0].verbosity == "debug"
+
+
 def test_attention_list(capsys):
   main.main(["attention", "list"])
   out = capsys.readouterr().out
@@ -59,6 +74,22 @@ def test_positional_list(capsys):
   out = capsys.readouterr().out
   assert out.startswith("alibi") and "acts: bias" in out and "acts: rotary; options: base=10000.0" in out
   assert "acts: bias; options: num_buckets=32, max_distance=128; learns: relative_embedding [num_buckets, heads]" in out
+
+
+def test_list_shows_the_plugins_of_config_imports_and_refuses_other_overrides(repo_root, capsys, scratch_registries):
+  """`jformer list attention --config.imports=FILE` loads the file and lists its variant; a config key list does not
+  read is refused in one line, not ignored."""
+  plugin = repo_root / "tests" / "plugins" / "learned_alibi.py"
+  for argv in (["list", "attention"], ["attention", "list"]):
+    main.main([*argv, f"--config.imports={plugin}"])
+    out = capsys.readouterr().out
+    assert re.search(r"^learned_alibi +ALiBi with a learned slope per head", out, re.M), out
+    assert "learns: log_slope [heads]" in out
+  with pytest.raises(SystemExit) as stop:
+    main.main(["list", "attention", f"--config.imports={plugin}", "--config.model.attention=learned_alibi"])
+  assert stop.value.code == ("jformer list: error: --config.model.attention is not read by jformer list, which only "
+                             "lists plug-ins; drop it (give --config.imports=path/to/file.py to list your own "
+                             "plug-ins too)")
 
 
 def test_train_errors_are_one_line_unless_verbose(repo_root, tmp_path):
@@ -82,7 +113,7 @@ def test_list_names_every_registered_plugin_of_every_kind_or_of_one(repo_root):
 
   # The registries as a fresh process holds them (this one may hold plug-ins other tests loaded with their runs).
   fresh = subprocess.run([sys.executable, "-c", "import json; from jformer import main; print(json.dumps("
-                          "{kind: plugins.available() for kind, plugins in main._kinds().items()}))"],
+                          "{kind: plugins.available() for kind, plugins in main._kinds('list', {}).items()}))"],
                          cwd=repo_root, capture_output=True, text=True, timeout=300, check=True)
   kinds = json.loads(fresh.stdout)
   everything = run("list", cwd=repo_root)

@@ -240,11 +240,12 @@ def test_bundled_corpus_end_to_end_throughput(tmp_path):
   data = pipeline.make_datasets(dataset="parallel_text", data_dir=data_dir, tokenizer=tok, batch_size=64,
                                 max_length=64, packing=True, shard_index=0, shard_count=1)
   assert data.train_pairs.dropped < 0.02 * len(train)
-  start = time.perf_counter()
+  start = time.process_time()  # CPU seconds (every thread's): what the pipeline costs, whatever else runs beside it.
   batches = [next(data.train) for _ in range(100)]
-  seconds = time.perf_counter() - start
+  seconds = time.process_time() - start
   tokens = sum(int((b["inputs"] != 0).sum() + (b["targets"] != 0).sum()) for b in batches)
-  assert tokens / seconds > 80_000  # 10x what the training loop consumes on 2 CPU cores.
+  # 10x what the training loop consumes on 2 CPU cores; ~400k tokens per CPU second on one of them (5x the floor).
+  assert tokens / seconds > 80_000
   segments = collections.Counter(int(b["inputs_segmentation"].max()) for b in batches)
   assert min(segments) > 1
   assert os.path.exists(os.path.join(sources.bundled_corpus_path(), "train.src.gz"))

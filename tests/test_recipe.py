@@ -124,8 +124,13 @@ def test_a_config_without_rules_is_returned_as_it_is(tiny_corpus):
 def test_a_budget_estimates_steps_from_the_machines_matmul_rate(tiny_corpus):
   small = load_tiny(tiny_corpus)
   wide = load_tiny(tiny_corpus, **{"model.d_model": 128, "model.d_ff": 512, "model.num_heads": 4})
-  small_seconds, wide_seconds = (recipe.estimate_step_seconds(c) for c in (small, wide))
-  assert 0 < small_seconds < wide_seconds < 10
+  rate = recipe.probe_rate(small)  # one measurement: the estimates below are arithmetic on it.
+  assert rate > 0 and math.isfinite(rate)
+  small_seconds, wide_seconds = (recipe.step_seconds(c, rate) for c in (small, wide))
+  flops = [train_flops(TransformerConfig.from_config(c.model), rows=c.data.batch_size, length=c.data.max_length)
+           for c in (small, wide)]
+  assert small_seconds == pytest.approx(flops[0] / (rate * recipe.STEP_EFFICIENCY), rel=1e-12)
+  assert wide_seconds / small_seconds == pytest.approx(flops[1] / flops[0], rel=1e-12) and flops[1] > flops[0]
   inputs = recipe.Inputs(measure("parallel_text", str(tiny_corpus)))
   budgeted = load_tiny(tiny_corpus, **{"train.budget_minutes": 1.0})
   with_steps = recipe._with_steps(inputs, budgeted)

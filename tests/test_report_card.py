@@ -65,11 +65,27 @@ def test_comparison_with_the_baseline():
   assert card_lib.comparison(time, 300.0, 200.0) == "1.50x (worse)"
   assert card_lib.comparison(time, 100.0, 200.0) == "0.50x (better)"
   assert card_lib.comparison(time, None, 200.0) == "-"
-  # The ETA: the parts left at the pace of those done against the baseline's seconds (twice as slow here).
+  # The ETA: this machine's seconds of the parts run here times the parts' relative cost (the baseline's seconds).
   expected = {"a": 10.0, "b": 30.0, "c": 60.0}
   assert card_lib.remaining_seconds(["a", "b"], ["c"], 80.0, expected) == pytest.approx(120.0)
   assert card_lib.remaining_seconds(["a"], ["x"], 10.0, expected) is None
-  assert card_lib.remaining_seconds([], ["b", "c"], 0.0, expected) == 90.0  # none ran here (reused): as expected.
+  assert card_lib.remaining_seconds([], ["b", "c"], 0.0, expected) is None  # none ran here: not the baseline's 90 s.
+
+
+def test_the_eta_after_a_reused_part_comes_from_the_parts_run_here(monkeypatch, tmp_path):
+  """Injected times, no clock: part a is reused (its seconds another machine's), b runs here 6.7x slower than the
+  baseline, so c's ETA is 6.7x the baseline's, never the baseline's own."""
+  parts = tuple(suite_lib.Part(n, n.upper(), "train", "configs/mqar.py") for n in "abc")
+  taken = {"a": (999.0, True), "b": (67.0, False), "c": (200.0, False)}  # (seconds, reused)
+  monkeypatch.setattr(card_lib, "timed_part", lambda part, overrides, workdir: ({}, *taken[part.name]))
+  monkeypatch.setattr(card_lib.provenance, "machine", lambda *a, **k: {})
+  said = []
+  card = card_lib.grade({}, tmp_path, suite=suite_lib.Suite(parts, ()), expected={"a": 5.0, "b": 10.0, "c": 30.0},
+                        say=said.append)
+  done = [line.split("; ")[1] for line in said if " done in " in line]
+  assert done[0].endswith("so far, the time left is known once a part has run here")
+  assert done[1].endswith("so far, about 3m21s left")  # 67 s for b's 10: c's 30 take 201 s.
+  assert done[2].endswith("so far, about 0m00s left") and card["seconds"] == {"a": 999.0, "b": 67.0, "c": 200.0}
 
 
 def test_the_cached_dot_product_card_is_complete():

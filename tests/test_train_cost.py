@@ -72,6 +72,22 @@ def test_the_peak_of_a_known_chip_is_its_data_sheet_figure_and_a_cpus_is_measure
   assert eight.peak_flops == peak and eight.peak_source.startswith("1 x 512^3 float32")
 
 
+def test_mfu_never_exceeds_100_percent_of_a_measured_peak_and_a_data_sheet_peak_stays(capsys):
+  """Injected rates, no clock: a measured peak (the start-up probe) below the rate the steps reach is raised to it,
+  said once; a data sheet peak is kept, so a FLOP count above it still shows."""
+  probe = cost.StepCost(flops_per_token=1e6, peak_flops=1e9, peak_source=f"1 x 512^3 float32 matmul {cost.MEASURED}",
+                        measured=True)
+  assert probe.mfu(800.0) == pytest.approx(0.8) and probe.peak_flops == 1e9 and capsys.readouterr().out == ""
+  assert probe.mfu(1200.0) == 1.0 and probe.peak_flops == pytest.approx(1.2e9)  # 1.2 GFLOP/s reached: the peak.
+  assert capsys.readouterr().out == ("cost: the steps ran at 1.2 GFLOP/s, above the start-up probe's 1.0: MFU divides "
+                                     "by the best rate the steps reach from now on\n")
+  assert probe.mfu(1500.0) == 1.0 and probe.mfu(600.0) == pytest.approx(0.4)  # 0.6 of the best, 1.5 GFLOP/s.
+  assert probe.peak_source.endswith(cost.RAISED) and capsys.readouterr().out == ""  # said once.
+  sheet = cost.StepCost(flops_per_token=1e6, peak_flops=1e9, peak_source="1 x H100 bfloat16 data sheet peak")
+  assert sheet.mfu(1200.0) == pytest.approx(1.2) and sheet.peak_flops == 1e9
+  assert cost.StepCost.of(tiny().config, 16).measured  # this CPU's peak is the probe's.
+
+
 @pytest.mark.parametrize("steps", [(3, 2), (0, 2), (1, 2, 3)])
 def test_malformed_profile_steps_are_refused_in_one_line(steps, tiny_corpus):
   with pytest.raises(ValueError, match=r"train.profile_steps=.* is not two steps \(a, b\) with 1 <= a <= b; give "
@@ -92,4 +108,8 @@ def test_a_run_logs_mfu_and_writes_the_profile_of_its_chosen_steps(tiny_corpus, 
   results = json.loads((tmp_path / "results.json").read_text())
   peak = cost.measured_peak("float32")  # what the run measured: once per process.
   want = results["tokens_per_second"] * cost.flops_per_token(TransformerConfig.from_config(config.model), 32) / peak
-  assert results["mfu"] == pytest.approx(want, rel=1e-9) and results["peak_rss_mib"] > 0
+  if "above the start-up probe's" in out:  # the steps outran the probe: MFU is of their best rate.
+    assert 0 < results["mfu"] <= 1.0 and results["mfu"] < want
+  else:
+    assert results["mfu"] == pytest.approx(want, rel=1e-9)
+  assert results["peak_rss_mib"] > 0

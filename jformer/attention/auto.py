@@ -20,7 +20,8 @@ its shapes: with segment ids `auto` runs `lax.cond(cudnn.padding_lengths(...) ex
 next being what it would pick without `cudnn`.
 
 The choice is made while tracing, from static shapes, dtypes and which arguments are given, so it costs nothing at
-run time (but for that one predicate). Each distinct choice is logged once per process (absl, INFO), one line
+run time (but for that one predicate). Each distinct choice is logged once per process (absl, INFO: `jformer ...
+--verbosity=info` shows it on the console), one line
 naming the kernel and why each kernel before it could not serve; nothing falls back silently.
 """
 

@@ -80,13 +80,13 @@ def value(result: dict, key: str):
 
 
 def remaining_seconds(done: list[str], todo: list[str], elapsed: float, expected: dict[str, float]) -> float | None:
-  """Seconds the parts `todo` should take: their `expected` seconds (the baseline's) scaled by how fast the parts
-  `done` (those run, not reused, taking `elapsed` seconds) went against theirs, or as expected when none ran yet;
-  None without the baseline's times."""
-  if not all(name in expected for name in done + todo):
+  """Seconds the parts `todo` should take on this machine: the `elapsed` seconds of the parts `done` here (run in
+  this process, not reused) times the parts' relative cost, `expected` (the baseline card's seconds, measured on
+  another machine: only their ratios are used). None when no part ran here yet (a reused part's seconds may be
+  another machine's, and the baseline's are) or without the baseline's times."""
+  if not done or not all(name in expected for name in done + todo):
     return None
-  pace = elapsed / sum(expected[name] for name in done) if done else 1.0
-  return pace * sum(expected[name] for name in todo)
+  return elapsed * sum(expected[name] for name in todo) / sum(expected[name] for name in done)
 
 
 def grade(overrides: dict[str, Any], workdir: epath.PathLike, *, suite: Suite | None = None,
@@ -107,8 +107,11 @@ def grade(overrides: dict[str, Any], workdir: epath.PathLike, *, suite: Suite | 
     ran += [] if reused else [part.name]
     elapsed = time.perf_counter() - start
     left = remaining_seconds(ran, names[i + 1:], sum(seconds[n] for n in ran), expected or {})
+    eta = "" if left is None else f", about {format_duration(left)} left"
+    if not ran and expected and i + 1 < len(names):
+      eta = ", the time left is known once a part has run here"
     say(f"report card {name} [{i + 1}/{len(names)}] {part.title} done in {seconds[part.name]:.0f} s; "
-        f"{format_duration(elapsed)} so far" + ("" if left is None else f", about {format_duration(left)} left"))
+        f"{format_duration(elapsed)} so far{eta}")
   return {"variant": name, "overrides": {k: str(v) for k, v in overrides.items()},
           "values": {m.name: value(results[m.part], m.key) for m in suite.metrics},
           "seconds": seconds, "total_seconds": sum(seconds.values()),  # reused runs count as they ran

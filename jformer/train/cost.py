@@ -10,7 +10,11 @@ convention) on a GPU or TPU; on a CPU, which has no data sheet figure, the best 
 `PROBE_SIZE`^3 matmuls in the model's compute dtype (`measured_peak`: once per process, a few tens of ms after
 compiling, before the first step, so no step's time includes it). A CPU's devices (several when simulated with
 `--xla_force_host_platform_device_count`) share the host's cores, so there the probe is the peak of them all. A
-CPU probe on a shared machine measures what the machine gives then: MFU on a CPU is a rough figure.
+CPU probe on a shared machine measures what the machine gives then, and the model's own products may run faster
+than the probe's (other shapes, a quieter moment): a rate the steps reach is a rate the machine has, so a measured
+peak is raised to the best rate the steps reached (said once on the console), and MFU never exceeds 100%; 100% then
+means the fastest this run has seen, not a data sheet's figure. A data sheet peak is never raised (MFU above 100%
+there would be a FLOP count to fix). MFU on a CPU is a rough figure.
 
 Peak memory: the largest `peak_bytes_in_use` of the process's devices (`Device.memory_stats()`, which GPU and
 TPU backends report); the CPU backend reports none (`memory_stats()` is None), so there the line shows the
@@ -50,6 +54,7 @@ PEAK_FLOPS = {
 }
 # The CPU probe: the best of PROBE_REPS PROBE_SIZE^3 matmuls (2 x 512^3 = 0.27 GFLOP: a few ms each on a CPU).
 PROBE_SIZE, PROBE_REPS = 512, 8
+MEASURED, RAISED = "measured at start-up", ", raised to the best rate the steps reached"  # ends of a peak's source.
 
 
 @functools.cache
@@ -78,7 +83,7 @@ def device_peak(device: jax.Device, dtype_name: str) -> tuple[float, str]:
   if device.platform != "cpu":
     logging.warning("no data sheet peak for device kind %r: MFU divides by a measured %d^3 matmul instead",
                     device.device_kind, PROBE_SIZE)
-  return measured_peak(dtype_name), f"{PROBE_SIZE}^3 {dtype_name} matmul measured at start-up"
+  return measured_peak(dtype_name), f"{PROBE_SIZE}^3 {dtype_name} matmul {MEASURED}"
 
 
 def flops_per_token(config: TransformerConfig, length: int) -> float:
@@ -103,12 +108,14 @@ def peak_memory() -> tuple[str, float]:
   return "peak_rss_mib", (kib_or_bytes if sys.platform == "darwin" else kib_or_bytes * 1024) / 2**20
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass
 class StepCost:
-  """The constants of a run's MFU: its model's FLOPs per token and the peak FLOP/s of this process's devices."""
+  """What a run's MFU divides by: its model's FLOPs per token and the peak FLOP/s of this process's devices (a
+  `measured` peak is raised to the best rate the steps reach: module doc)."""
   flops_per_token: float
   peak_flops: float  # of all this process's devices together (its tokens/s is this process's).
   peak_source: str
+  measured: bool = False  # the peak is the start-up probe's (a CPU), not a data sheet's.
 
   @classmethod
   def of(cls, model_config: TransformerConfig, length: int) -> StepCost:
@@ -116,11 +123,20 @@ class StepCost:
     devices = jax.local_devices()
     peak, source = device_peak(devices[0], jnp.dtype(model_config.compute_dtype).name)
     chips = 1 if devices[0].platform == "cpu" else len(devices)  # a CPU's devices share its cores (module doc).
-    return cls(flops_per_token(model_config, length), peak * chips, f"{chips} x {source}")
+    return cls(flops_per_token(model_config, length), peak * chips, f"{chips} x {source}",
+               measured=source.endswith(MEASURED))
 
   def mfu(self, tokens_per_second: float) -> float:
-    """Model FLOPs utilization of this process's devices at `tokens_per_second` (this process's tokens)."""
-    return tokens_per_second * self.flops_per_token / self.peak_flops
+    """Model FLOPs utilization of this process's devices at `tokens_per_second` (this process's tokens); a
+    measured peak below the rate those tokens took is raised to it first (at most 1.0: module doc)."""
+    rate = tokens_per_second * self.flops_per_token
+    if self.measured and rate > self.peak_flops:
+      if not self.peak_source.endswith(RAISED):
+        say(f"cost: the steps ran at {rate / 1e9:,.1f} GFLOP/s, above the start-up probe's "
+            f"{self.peak_flops / 1e9:,.1f}: MFU divides by the best rate the steps reach from now on")
+        self.peak_source += RAISED
+      self.peak_flops = rate
+    return rate / self.peak_flops
 
   def describe(self) -> str:
     return (f"MFU = tokens/s x {self.flops_per_token / 1e6:,.3f} MFLOP per token / {self.peak_flops / 1e9:,.1f} "

@@ -115,15 +115,23 @@ def describe(inputs: Inputs) -> str:
 
 
 def estimate_step_seconds(config: ml_collections.ConfigDict) -> float:
-  """Seconds per train step of `config` on this machine: its matmul FLOPs (`jformer.models.flops.train_flops`)
-  over the measured rate of its feed-forward product ([rows x length, d_model] @ [d_model, d_ff] in the compute
-  dtype, median of `PROBE_REPS` after `PROBE_WARMUP` calls) times `STEP_EFFICIENCY`."""
+  """Seconds per train step of `config` on this machine: `step_seconds` at the measured `probe_rate`."""
+  return step_seconds(config, probe_rate(config))
+
+
+def step_seconds(config: ml_collections.ConfigDict, rate: float) -> float:
+  """Seconds per train step of `config` at `rate` matmul FLOP/s: its matmul FLOPs
+  (`jformer.models.flops.train_flops`) over `rate` times `STEP_EFFICIENCY`."""
   model = TransformerConfig.from_config(config.model)
-  rows, length = _rows(config), config.data.max_length
-  flops = train_flops(model, rows=rows, length=length)
-  dtype = model.compute_dtype
-  x = jnp.ones((rows * length, model.d_model), dtype)
-  w = jnp.ones((model.d_model, model.d_ff), dtype)
+  return train_flops(model, rows=_rows(config), length=config.data.max_length) / (rate * STEP_EFFICIENCY)
+
+
+def probe_rate(config: ml_collections.ConfigDict) -> float:
+  """This machine's FLOP/s on `config`'s feed-forward product ([rows x length, d_model] @ [d_model, d_ff] in the
+  compute dtype), the median of `PROBE_REPS` calls after `PROBE_WARMUP`."""
+  model = TransformerConfig.from_config(config.model)
+  x = jnp.ones((_rows(config) * config.data.max_length, model.d_model), model.compute_dtype)
+  w = jnp.ones((model.d_model, model.d_ff), model.compute_dtype)
   product = jax.jit(jnp.dot)
   for _ in range(PROBE_WARMUP):  # compiles, and lets the first slow calls pass.
     product(x, w).block_until_ready()
@@ -132,8 +140,7 @@ def estimate_step_seconds(config: ml_collections.ConfigDict) -> float:
     start = time.perf_counter()
     product(x, w).block_until_ready()
     times.append(time.perf_counter() - start)
-  rate = 2 * x.shape[0] * model.d_model * model.d_ff / statistics.median(times)
-  return flops / (rate * STEP_EFFICIENCY)
+  return 2 * x.shape[0] * model.d_model * model.d_ff / statistics.median(times)
 
 
 def _rows(config) -> int:

@@ -5,6 +5,7 @@ name already taken (an attention variant, a positional encoding) names both regi
 to rename one. Through `jformer train` in this process (`helpers.run_cli`), once as a real process.
 """
 
+import importlib
 import os
 import re
 import subprocess
@@ -12,6 +13,9 @@ import sys
 
 import pytest
 from helpers import REPO, SMALL, assert_one_line_error, run_cli
+
+from jformer import attention
+from jformer import config as config_lib
 
 # Line 6 uses a name that was never defined.
 RAISES_IN_ITS_OWN_CODE = '''"""A plug-in with a typo in its own code."""
@@ -133,6 +137,42 @@ def test_two_plugins_registering_one_name_name_both_files_and_the_fix(tmp_path, 
   assert_one_line_error(status, err, f"jformer train: error: plugin file '{second}' raised ValueError at line 6: "
                                      f"attention variant 'my_attention' is registered twice: at {first}:6 and at "
                                      f"{second}:6; rename one of them, or import the file once")
+
+
+# Line 17 registers two different functions under one name.
+ONE_LINE_TWO_FUNCTIONS = VARIANT.format(name="one_name") + '''
+
+def other(query, key, value, **masking):
+  """Another function."""
+  raise NotImplementedError
+
+
+for fn in (variant, other): register("twice", supports={"causal"}, weights=softmax_weights)(fn)
+'''
+
+
+def test_a_plugin_imported_by_a_script_then_by_its_runs_config_is_one_registration(tmp_path, monkeypatch,
+                                                                                  scratch_registries):
+  """A script that imports its plug-in (`import mine`), then loads a run whose config.imports names mine.py: the
+  file runs twice, its line registering the same function again, which is the same registration (the name then
+  resolves to the newer object, as after a reload). Different registrations of one name stay refused: two files
+  (the test above), or one line registering two functions."""
+  plugin = tmp_path / "mine.py"
+  plugin.write_text(VARIANT.format(name="mine_attention"))
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.chdir(tmp_path)
+  try:
+    importlib.import_module("mine")
+    first = attention.get("mine_attention")
+    config_lib.import_plugins("mine.py")
+    assert attention.get("mine_attention") is not first and attention.REGISTRY.origin("mine_attention") == "mine.py:6"
+  finally:
+    sys.modules.pop("mine", None)
+  looped = tmp_path / "looped.py"
+  looped.write_text(ONE_LINE_TWO_FUNCTIONS)
+  with pytest.raises(ValueError, match=r"attention variant 'twice' is registered twice: at looped.py:17 and at "
+                                       r"looped.py:17; rename one of them"):
+    config_lib.import_plugins(str(looped))
 
 
 @pytest.mark.integration
