@@ -3,16 +3,21 @@ checkpoint survives `train.keep_checkpoints` and is the one tested and loaded, r
 metric's values are injected (a table by step), so the right answer is known."""
 
 import json
+import logging
 import re
+import shutil
+import threading
 import time
 import types
 
+import grain
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from grain import checkpoint as grain_checkpoint
 
 from helpers import SMALL, load_tiny
-from jformer import checkpoint, tasks
+from jformer import checkpoint, main, tasks
 from jformer import config as config_lib
 from jformer.train import budget as budget_lib
 from jformer.train import selection
@@ -110,6 +115,83 @@ def test_a_resume_forgets_evaluations_after_its_latest_checkpoint(tmp_path):
   assert kept.history == [[3, 1.0], [6, 5.0]] and kept.step == 6
 
 
+def named_best_on_disk(workdir) -> bool:
+  """Whether best.json (if any) names a step whose checkpoint is complete on disk (its folder and manifest)."""
+  step = checkpoint.read_best(workdir).get("step")
+  return step is None or (checkpoint.checkpoints_dir(workdir) / str(step) / "MANIFEST").is_file()
+
+
+def test_best_json_names_a_step_only_once_its_checkpoint_is_on_disk(tmp_path, monkeypatch):
+  """The kill window: step 18's evaluation is a new best and its asynchronous save is under way (the writer of its
+  data item held). A kill then leaves best.json naming step 6, on disk, which a fresh loader loads; once step 18's
+  save is on disk best.json names it. Between every evaluation and save, best.json names a step on disk (with
+  max_to_keep=1, the best it names is not deleted while a newer best is still being saved)."""
+  release, held = threading.Event(), threading.Event()
+  save_data = grain_checkpoint.CheckpointHandler.save
+
+  def hold_step_18(handler, directory, *args, **kwargs):
+    if "18.orbax-checkpoint-tmp" in str(directory):
+      held.set()
+      release.wait(120)
+    return save_data(handler, directory, *args, **kwargs)
+
+  monkeypatch.setattr(grain_checkpoint.CheckpointHandler, "save", hold_step_18)
+  directory = checkpoint.checkpoints_dir(tmp_path)
+  data = iter(grain.MapDataset.range(100).to_iter_dataset())
+  with checkpoint.Checkpointer(directory, max_to_keep=1, save_interval_steps=3) as ckpt:
+    kept = selection.KeptBest(train_section(keep_best="valid_bleu"), InjectedTask, tmp_path, ckpt)
+    for step in (3, 6, 18):
+      kept.score({"loss": 1.0}, None, lambda: saved_state(step)["params"])
+      kept.observe(step)  # 3: 1.0, 6: 5.0, 18: 6.0, each a new best.
+      assert kept.step == step and named_best_on_disk(tmp_path)
+      if step < 18:
+        ckpt.save(step, saved_state(step), data, force=True)
+        assert named_best_on_disk(tmp_path)
+    saving = threading.Thread(target=ckpt.save, args=(18, saved_state(18), data), kwargs={"force": True})
+    saving.start()
+    try:
+      assert held.wait(60), "the save of step 18 never started"
+      # SIGKILL here: what is on disk is what the next command reads.
+      assert "18" not in [path.name for path in directory.iterdir()]
+      assert checkpoint.read_best(tmp_path)["step"] == 6 and named_best_on_disk(tmp_path)
+      params, which = checkpoint.run_params(tmp_path)
+      assert which == f"step 6 of {directory}" and params["w"].tolist() == [6.0, 6.0]
+    finally:
+      release.set()
+      saving.join()
+  assert checkpoint.read_best(tmp_path) == {"metric": "valid_bleu", "step": 18, "value": 6.0,
+                                            "history": [[3, 1.0], [6, 5.0], [18, 6.0]]}
+  assert named_best_on_disk(tmp_path) and checkpoint.run_params(tmp_path)[1] == f"step 18 of {directory}"
+
+
+def test_a_best_json_naming_a_missing_step_loads_the_latest_in_one_line(tmp_path, caplog, capsys):
+  """A best.json naming a step that is not on disk (written so by an older jformer before a kill, or the step's
+  folder deleted): the default loads the latest step after one warning naming both and the fix; --checkpoint=best
+  is refused in one line naming --checkpoint=latest; a resumed run chooses its best afresh."""
+  directory = checkpoint.checkpoints_dir(tmp_path)
+  with checkpoint.Checkpointer(directory, max_to_keep=None) as ckpt:
+    for step in (3, 6, 9):
+      ckpt.save(step, saved_state(step), force=True)
+  checkpoint.best_path(tmp_path).write_text(json.dumps(
+      {"metric": "valid_bleu", "step": 6, "value": 5.0, "history": [[3, 1.0], [6, 5.0], [9, 2.0]]}))
+  shutil.rmtree(directory / "6")
+  missing = (f"{checkpoint.best_path(tmp_path)} names step 6 as the best checkpoint, but {directory} has no step 6 "
+             "(the run was stopped before its save finished, or the folder was deleted)")
+  with caplog.at_level(logging.WARNING):
+    params, which = checkpoint.run_params(tmp_path)
+  assert which == f"step 9 of {directory}" and params["w"].tolist() == [9.0, 9.0]
+  said = [record.getMessage() for record in caplog.records if "best.json" in record.getMessage()]
+  assert said == [f"{missing}; loading the latest checkpoint instead (--checkpoint=latest)"]
+  with pytest.raises(FileNotFoundError) as refused:
+    checkpoint.which_params(tmp_path, "best")
+  assert str(refused.value) == f"{missing}; use --checkpoint=latest, or a step number that is there"
+  with checkpoint.Checkpointer(directory, max_to_keep=None) as ckpt:
+    kept = selection.KeptBest(train_section(keep_best="valid_bleu"), InjectedTask, tmp_path, ckpt)
+  assert kept.step is None and kept.history == []
+  assert (f"keep_best: the best checkpoint, step 6, is not in {directory}: the best checkpoint is chosen afresh "
+          "from the next evaluation") in capsys.readouterr().out
+
+
 def test_which_params_without_a_kept_best(tmp_path):
   assert checkpoint.which_params(tmp_path) == "latest"
   with pytest.raises(FileNotFoundError, match=r"kept no best checkpoint .* use --checkpoint=latest"):
@@ -162,6 +244,14 @@ def test_a_run_tests_its_best_checkpoint_and_a_resume_keeps_both(tiny_corpus, tm
   evaluated, _ = evaluate_run(workdir, split="test")  # --checkpoint=auto: the tested step.
   assert evaluated["checkpoint_used"] == "6" and evaluated["bleu"] == pytest.approx(results["bleu"])
   assert evaluate_run(workdir, split="test", which="latest")[0]["checkpoint_used"] == "latest"
+  shutil.rmtree(checkpoint.checkpoints_dir(workdir) / "6")  # best.json now names a step that is not on disk.
+  assert evaluate_run(workdir, split="test")[0]["checkpoint_used"] == "latest"  # after one warning (test above).
+  with pytest.raises(SystemExit) as refused:
+    main.main(["evaluate", f"--workdir={workdir}", "--checkpoint=best"])
+  assert refused.value.code == (
+      f"jformer evaluate: error: {workdir / 'best.json'} names step 6 as the best checkpoint, but "
+      f"{workdir / 'checkpoints'} has no step 6 (the run was stopped before its save finished, or the folder was "
+      "deleted); use --checkpoint=latest, or a step number that is there")
 
 
 @pytest.mark.integration

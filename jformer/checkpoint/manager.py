@@ -10,7 +10,8 @@ mid-save leaves a temporary directory that is never listed as a step (and is del
 `Checkpointer` on that directory). Orbax also coordinates processes: every process calls every method.
 
 Once a save is on disk (seen by `wait`, `close` or the next `save`), process 0 writes `<step>/MANIFEST` (sha256 of
-every file, `integrity.py`). Restoring the latest step verifies it first: a corrupted, truncated or incomplete
+every file, `integrity.py`); what must not name a step before it can be restored (the run's best.json) is written
+then too (`when_saved`). Restoring the latest step verifies it first: a corrupted, truncated or incomplete
 step is named in one warning, moved aside to `<step>.corrupt` (so the run can save that step again) and the
 newest valid step is restored; when none is valid, or a step asked for by number is corrupt, restore raises
 `CorruptCheckpointError`. A step without a manifest (older jformer) is restored with a warning, unverified.
@@ -23,7 +24,7 @@ import operator
 import os
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Callable
 
 import grain
 import jax
@@ -111,6 +112,7 @@ class Checkpointer:
       )
     self._manager = ocp.CheckpointManager(self._directory, options=options, handler_registry=_handler_registry())
     self._unsealed: list[int] = []  # steps this Checkpointer saved that have no manifest yet.
+    self._when_saved: list[tuple[int, Callable[[], None]]] = []  # (step, write) of `when_saved`, in call order.
     self._write_failed = False  # a save raised CheckpointWriteError: close() then only releases resources.
 
   @property
@@ -163,6 +165,20 @@ class Checkpointer:
     (`why="averaging"`) or its best (`why="best"`); replaces the steps a previous call with the same `why` kept
     (they are then deleted at the next save, if not among the newest nor kept for another reason)."""
     self._kept.steps[why] = frozenset(int(step) for step in steps)
+
+  def when_saved(self, step: int, write: Callable[[], None]) -> None:
+    """Calls `write()` once checkpoint `step` is on disk with its manifest: now if it is, else when `wait` (or the
+    next `save`, or `close`) finds it saved; never if it is not (a kill or a failed save first). A file naming a step
+    written so never names one a restore cannot find. The writes run in the order given, each after those before
+    it, so a later write is never overwritten by an earlier one."""
+    self._when_saved.append((_as_step(step), write))
+    self._write_saved()
+
+  def _write_saved(self) -> None:
+    """Calls the `when_saved` writes whose steps are saved, in order, up to the first whose step is not."""
+    saved = set(self._manager.all_steps()) - set(self._unsealed)
+    while self._when_saved and self._when_saved[0][0] in saved:
+      self._when_saved.pop(0)[1]()
 
   def reached_preemption(self, step: int) -> bool:
     """True at the step every process agreed to save at after one of them received a preemption notice
@@ -257,6 +273,7 @@ class Checkpointer:
         if (folder := self._directory / str(step)).is_dir():  # a step deleted by max_to_keep needs none.
           integrity.write_manifest(folder)
     self._unsealed = []
+    self._write_saved()
 
   def close(self) -> None:
     """Waits for pending saves (writing their manifests) and deletions, then releases the manager's resources."""
@@ -367,7 +384,7 @@ class Checkpointer:
       cause = cause.__cause__ or cause.__context__
     if cause is None:
       raise error
-    self._unsealed, self._write_failed = [], True
+    self._unsealed, self._write_failed, self._when_saved = [], True, []  # nothing may name the failed step.
     kept = sorted(int(path.name) for path in self._directory.iterdir() if path.name.isdigit())
     kept = [s for s in kept if s != step]
     raise CheckpointWriteError(

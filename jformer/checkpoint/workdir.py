@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from absl import logging
 from etils import epath
 
 from jformer.checkpoint import shapes
@@ -47,13 +48,23 @@ def read_best(workdir: epath.PathLike) -> dict:
 def which_params(workdir: epath.PathLike, which: str = "auto") -> str:
   """What `load_run_params(workdir, which)` loads: 'averaged', 'latest' or a step number (as text). 'auto' is what
   the run tested: its averaged parameters if any, else its best checkpoint (`train.keep_best`), else the latest;
-  'best' is the step of the best checkpoint."""
+  'best' is the step of the best checkpoint.
+
+  A best.json naming a step that is not among the checkpoints (an older jformer wrote it before the step's
+  asynchronous save finished, and the run was killed; or the step's folder was deleted) is named in one line: 'auto'
+  warns and loads the latest checkpoint, 'best' is refused with `--checkpoint=latest` as the fix."""
   if which == "auto" and averaged_dir(workdir).is_dir():
     return "averaged"
   if which in ("auto", "best"):
     best = read_best(workdir).get("step")
-    if best is not None:
+    if best is not None and (checkpoints_dir(workdir) / str(best)).is_dir():
       return str(best)
+    if best is not None:
+      missing = (f"{best_path(workdir)} names step {best} as the best checkpoint, but {checkpoints_dir(workdir)} has "
+                 f"no step {best} (the run was stopped before its save finished, or the folder was deleted)")
+      if which == "best":
+        raise FileNotFoundError(f"{missing}; use --checkpoint=latest, or a step number that is there")
+      logging.warning("%s; loading the latest checkpoint instead (--checkpoint=latest)", missing)
     if which == "best":
       raise FileNotFoundError(f"the run in {workdir} kept no best checkpoint ({best_path(workdir)} names none: "
                               "train.keep_best='none', or no evaluation yet); use --checkpoint=latest")

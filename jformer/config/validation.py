@@ -68,7 +68,8 @@ def _combinations(config: ml_collections.ConfigDict, built: TransformerConfig) -
                     "read, packed or padded into rows: it needs model.architecture='transformer' and "
                     "data.batch_tokens=0 (or set data.subword_sampling=0)")
   if data.max_length > model.max_length:
-    problems.append(f"data.max_length={data.max_length} exceeds model.max_length={model.max_length}")
+    problems.append(f"data.max_length={data.max_length} exceeds model.max_length={model.max_length}; give "
+                    f"data.max_length={model.max_length} or less")
   bad_lengths = [length for length in train.eval_lengths
                  if not isinstance(length, int) or not 2 <= length <= model.max_length]
   if bad_lengths:

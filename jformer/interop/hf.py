@@ -18,7 +18,6 @@ family's shape (a changed pattern of layer kinds, say), naming what differs.
 from __future__ import annotations
 
 import json
-import os
 
 import jax
 import ml_collections
@@ -52,12 +51,38 @@ FINE_TUNING = {"data.dataset": "text", "data.pack": "documents", "data.max_lengt
 FREE_MODEL_FIELDS = ("dropout_rate", "attention_dropout_rate", "dtype", "remat", "scan_layers", "z_loss")
 
 
-def read_config(folder: epath.PathLike) -> dict:
+class PretrainedConfig(dict):
+  """The fields of a config.json: a field a family reads (`hf["vocab_size"]`) that the file lacks is refused here,
+  for every family, naming the file and the field."""
+
+  def __init__(self, path: epath.Path, fields: dict):
+    super().__init__(fields)
+    self.path = path
+
+  def __missing__(self, key: str):
+    raise ValueError(f"{self.path} has no '{key}', which jformer needs to build the model; use the model's complete "
+                     "config.json (download it again)")
+
+
+def read_json(path: epath.Path):
+  """The contents of a JSON file of a Hugging Face folder; one that does not parse is named with its line and column."""
+  try:
+    return json.loads(path.read_text())
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}; fix it there, or "
+                     "download it again") from None
+
+
+def read_config(folder: epath.PathLike) -> PretrainedConfig:
+  """The config.json of a Hugging Face folder."""
   path = epath.Path(folder) / "config.json"
   if not path.exists():
     raise FileNotFoundError(f"{path} does not exist: give a folder in the Hugging Face layout (config.json, "
                             "model.safetensors, tokenizer files)")
-  return json.loads(path.read_text())
+  fields = read_json(path)
+  if not isinstance(fields, dict):
+    raise ValueError(f"{path} holds a JSON {type(fields).__name__}, not an object of fields; download it again")
+  return PretrainedConfig(path, fields)
 
 
 def convert(folder: epath.PathLike) -> tuple[dict, dict, VocabularyMap]:
@@ -92,8 +117,7 @@ def _tokenizer_file(folder: epath.Path) -> tuple[str, bytes]:
     return "sentencepiece", (folder / "tokenizer.model").read_bytes()
   if all((folder / name).exists() for name in MARIAN_TOKENIZER):
     settings = folder / "tokenizer_config.json"
-    if (folder / "target_vocab.json").exists() or (
-        settings.exists() and json.loads(settings.read_text()).get("separate_vocabs")):
+    if (folder / "target_vocab.json").exists() or (settings.exists() and read_json(settings).get("separate_vocabs")):
       raise ValueError(f"{folder}: a Marian tokenizer with separate source and target vocabularies is not imported "
                        "(jformer shares one vocabulary)")
     return "marian", marian_tokenizer(*((folder / name).read_bytes() for name in MARIAN_TOKENIZER))
@@ -102,19 +126,14 @@ def _tokenizer_file(folder: epath.Path) -> tuple[str, bytes]:
 
 
 def _source_folder(source: str) -> epath.Path:
-  """A local folder, or a hub name fetched by `huggingface_hub` (online only)."""
+  """The folder `source` names. jformer downloads nothing: a name that is no folder here is refused as such (not
+  taken for a Hub repository id), with how to fetch one."""
   folder = epath.Path(source)
   if folder.is_dir():
     return folder
-  if "/" in source and not os.path.exists(source):
-    try:
-      from huggingface_hub import snapshot_download
-    except ImportError:
-      raise FileNotFoundError(f"{source} is not a folder; a hub name needs `pip install huggingface_hub` and a "
-                              "network") from None
-    patterns = ["*.json", "*.safetensors", "tokenizer.model", "*.spm"]
-    return epath.Path(snapshot_download(source, allow_patterns=patterns))
-  raise FileNotFoundError(f"{source} is not a folder in the Hugging Face layout")
+  what = f"'{source}' is not a folder" if folder.exists() else f"no such folder '{source}'"
+  raise FileNotFoundError(f"{what}; give a folder holding a model's config.json and *.safetensors (jformer downloads "
+                          "nothing: fetch a Hub model first, e.g. huggingface-cli download ORG/NAME --local-dir DIR)")
 
 
 def import_hf(source: str, workdir: epath.PathLike, overrides: dict | None = None) -> ml_collections.ConfigDict:
@@ -133,6 +152,8 @@ def import_hf(source: str, workdir: epath.PathLike, overrides: dict | None = Non
                      "--config.train.initialize_from)")
   values = {f"model.{key}": value for key, value in fields.items()}
   fine_tuning = {**FINE_TUNING, **family_of(read_config(folder)).fine_tuning}
+  # Rows no longer than the model's positions (a small model's max_position_embeddings), unless the overrides say.
+  fine_tuning["data.max_length"] = min(fine_tuning["data.max_length"], fields["max_length"])
   config = config_lib.checked(config_lib.from_values({**values, **fine_tuning, **overrides}))
   model = tasks.build_model(config)
   problem = shapes.difference(shapes.expected(param_shapes(model)), params)
@@ -165,7 +186,7 @@ def export_hf(workdir: epath.PathLike, out: epath.PathLike, which: str = "auto")
     raise FileNotFoundError(f"{workdir} holds no {PRETRAINED_DIR}/config.json: export-hf writes back a model "
                             "imported by `jformer import-hf` (its family's config and tokenizer files)")
   config = config_lib.load_run(workdir)
-  hf = json.loads((kept / "config.json").read_text())
+  hf = read_config(kept)
   family = family_of(hf)
   wanted = TransformerConfig.from_config({**dict(config.model), **family.model_fields(hf),
                                           **{f: config.model[f] for f in FREE_MODEL_FIELDS}})

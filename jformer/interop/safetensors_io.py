@@ -9,6 +9,7 @@ gives it one, so a bfloat16 checkpoint reads without torch.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from typing import Mapping
 
@@ -22,13 +23,17 @@ NAMES = {np.dtype(dtype): name for name, dtype in DTYPES.items()}
 
 
 def read(path: epath.PathLike) -> dict[str, np.ndarray]:
-  """{name: array} of a .safetensors file; ValueError naming the file when it is not one."""
+  """{name: array} of a .safetensors file; ValueError naming the file when it is not one, and the tensor whose bytes
+  its header places beyond the file's end or in a range of another size than its shape's (truncated or corrupt)."""
   data = epath.Path(path).read_bytes()
+  redownload = "the file is truncated or corrupt; download it again"
   try:
     (length,) = struct.unpack("<Q", data[:8])
+    if 8 + length > len(data):
+      raise ValueError(f"its header of {length} bytes is longer than the file ({len(data)} bytes)")
     header = json.loads(data[8:8 + length])
   except (struct.error, ValueError, UnicodeDecodeError) as e:
-    raise ValueError(f"{path} is not a safetensors file ({e})") from None
+    raise ValueError(f"{path} is not a safetensors file ({e}): {redownload}") from None
   start = 8 + length
   tensors = {}
   for name, entry in header.items():
@@ -37,9 +42,13 @@ def read(path: epath.PathLike) -> dict[str, np.ndarray]:
     if entry["dtype"] not in DTYPES:
       raise ValueError(f"{path}: tensor {name} has dtype {entry['dtype']}, which jformer does not read "
                        f"(it reads {sorted(DTYPES)})")
-    begin, end = entry["data_offsets"]
-    array = np.frombuffer(data[start + begin:start + end], dtype=np.dtype(DTYPES[entry["dtype"]]).newbyteorder("<"))
-    tensors[name] = array.reshape(entry["shape"]).astype(DTYPES[entry["dtype"]])
+    dtype = np.dtype(DTYPES[entry["dtype"]]).newbyteorder("<")
+    begin, end = start + entry["data_offsets"][0], start + entry["data_offsets"][1]
+    size = math.prod(entry["shape"]) * dtype.itemsize
+    if end > len(data) or end - begin != size:
+      raise ValueError(f"{path}: tensor {name} ({entry['dtype']} {entry['shape']}: {size} bytes) is at bytes "
+                       f"{begin}-{end} by the file's header, of a file of {len(data)} bytes: {redownload}")
+    tensors[name] = np.frombuffer(data[begin:end], dtype=dtype).reshape(entry["shape"]).astype(DTYPES[entry["dtype"]])
   return tensors
 
 

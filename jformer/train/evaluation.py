@@ -37,12 +37,13 @@ def evaluate_run(workdir: epath.PathLike, overrides: dict | None = None, *, spli
     raise ValueError(f"unknown split '{split}'; evaluate one of {SPLITS}")
   config = config_lib.load_run(workdir, overrides, may_change=config_lib.EVAL_KEYS)
   model = tasks.build_model(config)
-  params = checkpoint.load_run_params(workdir, which, model=model)
+  used = checkpoint.which_params(workdir, which)  # resolved once: a fallback is said once, and recorded.
+  params = checkpoint.load_run_params(workdir, used, model=model)
   task = tasks.make_task(config, workdir, data.load_tokenizer(config, workdir))
   step = jax.jit(make_eval_step(model))
   results = task.score_split(model, params, lambda p, batch: jax.device_get(step(p, batch)), split)
   results = {"split": split, "max_length": config.data.max_length, "checkpoint": which,
-             "checkpoint_used": checkpoint.which_params(workdir, which), **results}
+             "checkpoint_used": used, **results}
   path = epath.Path(workdir) / f"evaluate_{split}_{config.data.max_length}.json"
   write_json(path, results)
   return results, path

@@ -8,7 +8,9 @@ A value strictly better than the best so far makes the step the best: the loop s
 `train.checkpoint_every` says), and the Checkpointer keeps it beside the newest `train.keep_checkpoints`, which never
 delete it, until a better step replaces it. `<workdir>/best.json` holds the metric and every evaluation's value, the
 best among them named (`checkpoint.read_best`), so a resumed run (from its latest checkpoint) keeps both and goes on
-counting.
+counting. It is written once the best step's checkpoint is on disk (`Checkpointer.when_saved`: the asynchronous save
+of a new best finishes during the next save, or at the run's end), so a run killed before that keeps the best.json
+of the step before, and best.json never names a step that is not in the checkpoints.
 
 The final test uses the best step's parameters (the last step's where it is the best); `translate`, `evaluate`,
 `generate` and `visualize-attention` load them by default (`--checkpoint=auto`; `--checkpoint=latest` for the last
@@ -75,6 +77,7 @@ class KeptBest:
     self.step: int | None = None  # the best step so far (None before the first evaluation).
     self.seconds: list[float] = []  # what scoring took, per evaluation.
     self._value = None  # the last score.
+    self._kept: list[int] = []  # the step best.json names and the later bests it does not name yet: never deleted.
     if self.active:
       self._resume()
 
@@ -96,7 +99,7 @@ class KeptBest:
       self.history = []
     elif best is not None:
       self.step = best
-      self.checkpointer.keep([best], why="best")
+      self._keep([best])
 
   def score(self, metrics: dict, model, host_params: Callable[[], Any]) -> dict:
     """The kept metric of an evaluation whose valid `metrics` are given, as extra metrics to log (none where it is
@@ -110,20 +113,30 @@ class KeptBest:
     return {} if key in metrics else {key: self._value}
 
   def observe(self, step: int) -> str:
-    """Records the last `score` as step `step`'s; on a gain keeps the step and writes best.json. Returns what the
-    evaluation's log line adds, e.g. ' | valid_bleu 31.20 (best: kept)'."""
+    """Records the last `score` as step `step`'s; on a gain keeps the step (the loop saves it right after). best.json is
+    written once the best step's checkpoint is on disk. Returns what the evaluation's log line adds, e.g.
+    ' | valid_bleu 31.20 (best: kept)'."""
     if not self.active:
       return ""
     self.history.append([step, self._value])
     best, value, since = best_of(self.history, self.higher_is_better)
     self.step = best
-    write_json(checkpoint.best_path(self.workdir), {"metric": self.metric, "step": best, "value": value,
-                                                     "history": self.history})
-    if best == step:
-      self.checkpointer.keep([step], why="best")
+    record = {"metric": self.metric, "step": best, "value": value, "history": list(self.history)}
+    self.checkpointer.when_saved(best, lambda: self._write(record))
+    if best == step:  # kept beside the best that best.json names until it names this one.
+      self._keep(self._kept + [step])
       return f" | {self.metric} {self._value:.4g} (best: kept)"
     waited = f"; {since} of train.patience={self.patience} without a gain" if self.patience else ""
     return f" | {self.metric} {self._value:.4g} (best {value:.4g} at step {best}{waited})"
+
+  def _write(self, record: dict) -> None:
+    """Writes best.json (its best step's checkpoint is on disk); the bests before that step are kept no longer."""
+    write_json(checkpoint.best_path(self.workdir), record)
+    self._keep([step for step in self._kept if step >= record["step"]])
+
+  def _keep(self, steps: list[int]) -> None:
+    self._kept = steps
+    self.checkpointer.keep(steps, why="best")
 
   def exhausted(self) -> bool:
     """Whether `train.patience` evaluations in a row have brought no gain."""

@@ -1,0 +1,105 @@
+"""`jformer import-hf` on a broken or mistaken source: each is one line naming the file (and what in it) and the fix,
+and nothing is written. The broken folders are copies of the committed fixtures (tests/golden/hf) spoiled in a
+tmp_path: a missing folder, a truncated model.safetensors, a config.json that does not parse or lacks a field a
+family reads; and the import's own data.max_length fits a model with fewer positions."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import shutil
+
+import pytest
+
+from jformer import interop, main
+
+GOLDEN = pathlib.Path(__file__).parent / "golden" / "hf"
+NO_DOWNLOAD = ("give a folder holding a model's config.json and *.safetensors (jformer downloads nothing: fetch a Hub "
+               "model first, e.g. huggingface-cli download ORG/NAME --local-dir DIR)")
+
+
+def spoilt(tmp_path, family: str) -> pathlib.Path:
+  """A copy of the fixture of `family` to spoil."""
+  return pathlib.Path(shutil.copytree(GOLDEN / family, tmp_path / family))
+
+
+def refused(source, workdir, *overrides) -> str:
+  """What `import_hf` raises, checked to be one line that wrote nothing."""
+  with pytest.raises((ValueError, FileNotFoundError)) as error:
+    interop.import_hf(str(source), workdir, dict(item.split("=", 1) for item in overrides))
+  assert "\n" not in str(error.value) and not pathlib.Path(workdir).exists()
+  return str(error.value)
+
+
+def test_a_missing_folder_is_named_as_such_not_taken_for_a_hub_id(tmp_path, monkeypatch):
+  missing = tmp_path / "models" / "llama"
+  assert refused(missing, tmp_path / "run") == f"no such folder '{missing}'; {NO_DOWNLOAD}"
+  monkeypatch.chdir(tmp_path)  # a relative path reads like a Hub id (ORG/NAME): still a folder, never the network.
+  assert refused("models/llama", tmp_path / "run") == f"no such folder 'models/llama'; {NO_DOWNLOAD}"
+  (tmp_path / "model.safetensors").write_bytes(b"")
+  assert refused("model.safetensors", tmp_path / "run") == f"'model.safetensors' is not a folder; {NO_DOWNLOAD}"
+
+
+def test_a_truncated_safetensors_file_names_the_tensor_and_its_bytes_against_the_file_size(tmp_path):
+  folder = spoilt(tmp_path, "llama")
+  weights = folder / "model.safetensors"
+  size = weights.stat().st_size - 200  # a download cut short.
+  weights.write_bytes(weights.read_bytes()[:size])
+  said = refused(folder, tmp_path / "run")
+  match = re.fullmatch(rf"{re.escape(str(weights))}: tensor (\S+) \(F16 \[\d+, \d+\]: (\d+) bytes\) is at bytes "
+                       rf"(\d+)-(\d+) by the file's header, of a file of {size} bytes: the file is truncated or "
+                       r"corrupt; download it again", said)
+  assert match, said
+  begin, end = int(match[3]), int(match[4])
+  assert end - begin == int(match[2]) and end > size
+  weights.write_bytes(weights.read_bytes()[:100])  # cut inside its JSON header.
+  assert refused(folder, tmp_path / "run").startswith(f"{weights} is not a safetensors file (its header of ")
+  assert refused(folder, tmp_path / "run").endswith(
+      "bytes is longer than the file (100 bytes)): the file is truncated or corrupt; download it again")
+
+
+def test_a_config_json_that_does_not_parse_is_named_with_its_line_and_column(tmp_path):
+  folder = spoilt(tmp_path, "llama")
+  config = folder / "config.json"
+  text = config.read_text()
+  config.write_text(text + "}\n")  # a stray brace after the object.
+  line = text.count("\n") + 1
+  assert refused(folder, tmp_path / "run") == (
+      f"{config} is not valid JSON: Extra data at line {line} column 1; fix it there, or download it again")
+  config.write_text("[]\n")
+  assert refused(folder, tmp_path / "run") == f"{config} holds a JSON list, not an object of fields; download it again"
+
+
+@pytest.mark.parametrize("family, field", [("llama", "vocab_size"), ("gpt2", "vocab_size"), ("marian", "vocab_size"),
+                                           ("mistral", "num_attention_heads"), ("qwen2", "intermediate_size"),
+                                           ("gpt2", "n_embd"), ("marian", "encoder_layers")])
+def test_a_config_without_a_field_its_family_reads_names_the_field(tmp_path, family, field):
+  folder = spoilt(tmp_path, family)
+  config = json.loads((folder / "config.json").read_text())
+  del config[field]
+  (folder / "config.json").write_text(json.dumps(config))
+  assert refused(folder, tmp_path / "run") == (
+      f"{folder / 'config.json'} has no '{field}', which jformer needs to build the model; use the model's complete "
+      "config.json (download it again)")
+
+
+@pytest.mark.parametrize("family", ["llama", "marian"])
+def test_the_imports_rows_fit_a_model_with_fewer_positions(tmp_path, family):
+  """The fixtures have 64 positions, fewer than the import's rows (256, Marian's 128): the run's rows are 64."""
+  config = interop.import_hf(str(GOLDEN / family), tmp_path / "run")
+  assert config.model.max_length == 64 and config.data.max_length == 64
+  assert json.loads((tmp_path / "run" / "config.json").read_text())["data"]["max_length"] == 64
+  assert refused(GOLDEN / family, tmp_path / "other", "data.max_length=100") == (
+      "invalid config: data.max_length=100 exceeds model.max_length=64; give data.max_length=64 or less")
+
+
+def test_the_command_says_it_in_one_line(tmp_path):
+  folder = spoilt(tmp_path, "gpt2")
+  (folder / "config.json").write_text("{\"architectures\": [\"GPT2LMHeadModel\"],\n")
+  with pytest.raises(SystemExit) as stop:
+    main.main(["import-hf", str(folder), f"--workdir={tmp_path / 'run'}"])
+  assert stop.value.code == (f"jformer import-hf: error: {folder / 'config.json'} is not valid JSON: Expecting "
+                             "property name enclosed in double quotes at line 2 column 1; fix it there, or download "
+                             "it again")
+  assert not (tmp_path / "run").exists()
