@@ -259,7 +259,7 @@ report_card.add_arguments = _report_card_arguments
 
 def _import_hf_arguments(parser):
   parser.add_argument("source", help="a folder in the Hugging Face layout (config.json, model.safetensors, "
-                      "tokenizer.json, tokenizer.model or Marian's *.spm + vocab.json); jformer downloads nothing")
+                      "tokenizer.json, tokenizer.model or Marian's *.spm + vocab.json), or a Hub model id ORG/NAME when online")
   parser.add_argument("--workdir", required=True, help="the new run's folder")
 
 

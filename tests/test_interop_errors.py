@@ -15,8 +15,8 @@ import pytest
 from jformer import interop, main
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "hf"
-NO_DOWNLOAD = ("give a folder holding a model's config.json and *.safetensors (jformer downloads nothing: fetch a Hub "
-               "model first, e.g. huggingface-cli download ORG/NAME --local-dir DIR)")
+NO_DOWNLOAD = ("give a folder holding a model's config.json and *.safetensors (or a Hub model id ORG/NAME, fetched "
+               "when online: huggingface-cli download ORG/NAME --local-dir DIR fetches one ahead)")
 
 
 def spoilt(tmp_path, family: str) -> pathlib.Path:
@@ -35,10 +35,24 @@ def refused(source, workdir, *overrides) -> str:
 def test_a_missing_folder_is_named_as_such_not_taken_for_a_hub_id(tmp_path, monkeypatch):
   missing = tmp_path / "models" / "llama"
   assert refused(missing, tmp_path / "run") == f"no such folder '{missing}'; {NO_DOWNLOAD}"
-  monkeypatch.chdir(tmp_path)  # a relative path reads like a Hub id (ORG/NAME): still a folder, never the network.
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "models").mkdir()  # a typo in a local folder's last part reads like ORG/NAME: a path, not the network.
   assert refused("models/llama", tmp_path / "run") == f"no such folder 'models/llama'; {NO_DOWNLOAD}"
   (tmp_path / "model.safetensors").write_bytes(b"")
   assert refused("model.safetensors", tmp_path / "run") == f"'model.safetensors' is not a folder; {NO_DOWNLOAD}"
+
+
+def test_a_hub_id_that_cannot_be_fetched_is_one_line_naming_the_folder_and_the_fetch(tmp_path, monkeypatch):
+  import huggingface_hub
+
+  def offline(repo_id, **kwargs):
+    raise OSError(f"cannot reach the Hub for {repo_id}\n(traceback lines a user should not need)")
+
+  monkeypatch.setattr(huggingface_hub, "snapshot_download", offline)
+  monkeypatch.chdir(tmp_path)
+  assert refused("some-org/some-model", tmp_path / "run") == (
+      "no such folder 'some-org/some-model', and fetching it as a Hub model id failed (OSError: cannot reach the Hub "
+      f"for some-org/some-model); {NO_DOWNLOAD}")
 
 
 def test_a_truncated_safetensors_file_names_the_tensor_and_its_bytes_against_the_file_size(tmp_path):

@@ -126,14 +126,32 @@ def _tokenizer_file(folder: epath.Path) -> tuple[str, bytes]:
 
 
 def _source_folder(source: str) -> epath.Path:
-  """The folder `source` names. jformer downloads nothing: a name that is no folder here is refused as such (not
-  taken for a Hub repository id), with how to fetch one."""
+  """The folder `source` names, or a Hub model id (ORG/NAME, where no such folder or parent folder is here) fetched
+  by `huggingface_hub` when online. A path that is not a folder is refused as such, never sent to the network."""
   folder = epath.Path(source)
   if folder.is_dir():
     return folder
   what = f"'{source}' is not a folder" if folder.exists() else f"no such folder '{source}'"
-  raise FileNotFoundError(f"{what}; give a folder holding a model's config.json and *.safetensors (jformer downloads "
-                          "nothing: fetch a Hub model first, e.g. huggingface-cli download ORG/NAME --local-dir DIR)")
+  fix = ("give a folder holding a model's config.json and *.safetensors (or a Hub model id ORG/NAME, fetched when "
+         "online: huggingface-cli download ORG/NAME --local-dir DIR fetches one ahead)")
+  if not _reads_as_hub_id(source):
+    raise FileNotFoundError(f"{what}; {fix}")
+  try:
+    from huggingface_hub import snapshot_download
+
+    patterns = ["*.json", "*.safetensors", "tokenizer.model", "*.spm"]
+    return epath.Path(snapshot_download(source, allow_patterns=patterns))
+  except Exception as e:  # any failure to fetch (no package, no network, no such repository) is one line.
+    reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    raise FileNotFoundError(f"{what}, and fetching it as a Hub model id failed ({type(e).__name__}: {reason}); "
+                            f"{fix}") from None
+
+
+def _reads_as_hub_id(source: str) -> bool:
+  """ORG/NAME, relative, whose ORG is no folder here (a typo in a local path's last part is a path, not an id)."""
+  parts = source.split("/")
+  return (len(parts) == 2 and all(parts) and not source.startswith((".", "~"))
+          and not epath.Path(parts[0]).exists())
 
 
 def import_hf(source: str, workdir: epath.PathLike, overrides: dict | None = None) -> ml_collections.ConfigDict:
