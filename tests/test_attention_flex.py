@@ -9,6 +9,9 @@ engine with its block mask.
   the matrix and the model's cached decoding.
 - The block mask: blocks computed, blocks masked, and the mask a constant of the program where the call masks by
   index; gradients the same bits run to run; lowering to the library kernels where the mods are theirs.
+- A score_mod NaN only where the key is masked (issue 49): finite gradients in the engine, the dense formula and
+  cached decoding, and in a language model's training steps (what is refused at load: tests/reliability/
+  test_refused_at_load.py).
 
 The default run checks a representative part (the settings that ask for most at once); the slow run all of it.
 """
