@@ -155,14 +155,18 @@ def caller(depth: int = 1) -> str:
 
 
 def _origin(frame) -> str:
-  """'file:line' of `frame`, the file relative to the working directory when under it."""
-  path = frame.f_code.co_filename
+  """'file:line' of `frame` (`place`)."""
+  return place(frame.f_code.co_filename, frame.f_lineno)
+
+
+def place(path: str, line: int) -> str:
+  """'file:line', the file relative to the working directory when under it: where a plug-in's code is."""
   try:
     relative = os.path.relpath(path)
     path = path if relative.startswith("..") else relative
   except ValueError:  # another drive (Windows)
     pass
-  return f"{path}:{frame.f_lineno}"
+  return f"{path}:{line}"
 
 
 def _identity(origin: str, obj: Any) -> tuple[str, str, str]:

@@ -9,6 +9,9 @@ engine with its block mask.
   the matrix and the model's cached decoding.
 - The block mask: blocks computed, blocks masked, and the mask a constant of the program where the call masks by
   index; gradients the same bits run to run; lowering to the library kernels where the mods are theirs.
+- A score_mod NaN only where the key is masked (issue 49): finite gradients in the engine, the dense formula and
+  cached decoding, and in a language model's training steps (what is refused at load: tests/reliability/
+  test_refused_at_load.py).
 
 The default run checks a representative part (the settings that ask for most at once); the slow run all of it.
 """
@@ -24,9 +27,12 @@ import numpy as np
 import pytest
 
 import helpers as matrix
+from test_decode_generate import lm_and_params
+
 from jformer import attention
 from jformer.attention import auto, blockwise, flex
 from jformer.ops import masks, positional
+from jformer.registry import Param, constant
 
 REEXPRESSED = ("flex_alibi", "flex_relative", "flex_softcap", "flex_window", "flex_prefix_lm")
 PAPERS = ("learned_alibi", "forgetting_transformer")
@@ -316,3 +322,87 @@ def test_flex_alibi_holds_a_fraction_of_the_memory_of_a_dense_bias(flex_plugins)
   temp = {name: jax.jit(jax.grad(lambda q, p: call(q, p).sum())).lower(q, positions).compile().memory_analysis()
           .temp_size_in_bytes for name, call in calls.items()}
   assert temp["flex"] < temp["chunked"] / 3, temp
+
+
+def log_distance(score, b, h, q_idx, kv_idx, *, params):
+  """The logits minus s_h log(1 + i - j): finite where causal masking leaves the key visible, NaN past the query."""
+  return score - params["slope"][h] * jnp.log(1 + (q_idx - kv_idx))
+
+
+def log_distance_bias(slopes, q_positions, kv_positions):
+  """The same term as a `[B, H, T, S]` bias, the distance clipped at 0 (where the key is masked)."""
+  distance = jnp.maximum(q_positions[:, None, :, None] - kv_positions[:, None, None, :], 0)
+  return -slopes[None, :, None, None] * jnp.log1p(distance.astype(jnp.float32))
+
+
+def all_finite(tree) -> bool:
+  return all(bool(jnp.isfinite(leaf).all()) for leaf in jax.tree.leaves(tree))
+
+
+def test_a_mod_finite_only_where_the_key_is_visible_has_finite_gradients_on_every_path(scratch_registries):
+  """The mods run on masked pairs with a visible pair's indices (`blockwise.visible_arguments`), so a formula that is
+  NaN only where the key is masked puts no NaN into the gradients: on causal packed rows with padding, the engine
+  and the dense formula (the variant's `weights=`, its reference) give the outputs and the gradients (q, k, v, the
+  slopes) of the same term written as a bias with the distance clipped; so does cached decoding, whose slots after
+  the step hold garbage."""
+  variant = flex.register("log_distance", score_mod=log_distance, params={"slope": Param(("heads",), constant(0.5))})
+  q, k, v, kwargs = matrix.SETTINGS["packed_decoder_multi_query"].make()
+  slopes = jnp.array([0.5, 0.25, 1.0, 2.0])
+  rows = matrix.visible_rows(q, k, kwargs)
+
+  def as_bias(q, k, v, *, params, **masking):
+    bias = log_distance_bias(params["slope"], masking["q_positions"], masking["kv_positions"])
+    return attention.get("dot_product").fn(q, k, v, bias=bias, **masking)
+
+  called = dict(kwargs, params={"slope": slopes})
+  want, want_grads = matrix.output_and_grads(as_bias, q, k, v, called, rows, jit=False)
+  assert all_finite(want_grads)
+  for fn, jit in ((functools.partial(variant.fn, query_chunk_size=4, key_chunk_size=3), True),
+                  (variant.reference, False)):
+    out, grads = matrix.output_and_grads(fn, q, k, v, called, rows, jit=jit)
+    assert all_finite(grads)
+    np.testing.assert_allclose(out[rows], want[rows], atol=1e-5)
+    matrix.assert_grads_close(grads, want_grads, ("query", "key", "value", "params"))
+
+  slots, garbage = q.shape[1], 100.0 * jax.random.normal(jax.random.PRNGKey(13), k.shape)
+  positions = jnp.arange(slots)[None]
+
+  def decoded(slopes):  # step t: query t against the slots, those after t holding garbage.
+    def step(t):
+      filled = lambda x: jnp.where((positions <= t)[..., None, None], x, garbage)
+      return variant.fn(jax.lax.dynamic_slice_in_dim(q, t, 1, axis=1), filled(k), filled(v), causal=True,
+                        q_positions=jnp.full((q.shape[0], 1), t), kv_positions=positions, params={"slope": slopes},
+                        query_chunk_size=4, key_chunk_size=3)[:, 0]
+    return jnp.moveaxis(jax.lax.map(step, jnp.arange(slots)), 0, 1)
+
+  def full(slopes):
+    return as_bias(q, k, v, params={"slope": slopes}, causal=True, q_positions=positions, kv_positions=positions)
+
+  (out, grad), (want, want_grad) = (jax.value_and_grad(lambda s: (f(s) ** 2).sum())(slopes) for f in (decoded, full))
+  assert bool(jnp.isfinite(grad).all())
+  np.testing.assert_allclose(grad, want_grad, rtol=1e-5)
+  np.testing.assert_allclose(out, want, rtol=1e-5)
+
+
+def test_a_mod_finite_only_where_the_key_is_visible_trains_a_language_model(scratch_registries):
+  """The log-distance score_mod in a small language model (causal): a few steps of gradient descent have a finite
+  loss and finite gradients, the slopes' included, and the loss goes down."""
+  flex.register("log_distance", score_mod=log_distance, params={"slope": Param(("heads",), constant(0.5))})
+  model, params = lm_and_params(**{"model.attention": "log_distance", "model.positional": "none"})
+  tokens = jax.random.randint(jax.random.PRNGKey(1), (2, 16), 1, 50)
+
+  @jax.jit
+  def step(params):
+    def loss(params):
+      logits = model.apply({"params": params}, tokens[:, :-1])
+      return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), tokens[:, 1:, None], axis=-1))
+    value, grads = jax.value_and_grad(loss)(params)
+    return value, grads, jax.tree.map(lambda p, g: p - 0.1 * g, params, grads)
+
+  losses = []
+  for _ in range(3):
+    loss, grads, params = step(params)
+    assert bool(jnp.isfinite(loss)) and all_finite(grads)
+    assert float(jnp.abs(grads["decoder"]["layer_0"]["self_attention"]["log_distance"]["slope"]).max()) > 0
+    losses.append(float(loss))
+  assert losses[-1] < losses[0]

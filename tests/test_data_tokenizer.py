@@ -151,9 +151,9 @@ def test_a_lossless_vocabulary_too_small_for_its_bytes_names_the_fix(texts):
 
 @pytest.mark.integration  # two tfds builds of the tiny corpus and two vocabularies.
 def test_a_vocabulary_a_start_without_a_step_trained_on_other_data_is_trained_again(tiny_corpus, tmp_path):
-  """A start that failed before its first step recorded no config.json but may have trained the vocabulary: the
-  corrected command, on other data, trains it again for that data (what it was trained on is recorded); once a run
-  has a step (config.json), its vocabulary is never replaced."""
+  """A start that failed before its first checkpoint recorded no config.json but may have trained the vocabulary:
+  the corrected command, on other data, trains it again for that data (what it was trained on is recorded); once a
+  run has a checkpoint (config.json), its vocabulary is never replaced."""
   import json
   import shutil
 
@@ -172,5 +172,5 @@ def test_a_vocabulary_a_start_without_a_step_trained_on_other_data_is_trained_ag
   second = data.load_tokenizer(load_tiny(other), workdir)
   assert second.model_proto != first.model_proto
   assert json.loads(record.read_text())["source"]["path"] == str(other)
-  (workdir / "config.json").write_text("{}")  # a run that trained a step.
+  (workdir / "config.json").write_text("{}")  # a run that saved a checkpoint.
   assert data.load_tokenizer(load_tiny(tiny_corpus), workdir).model_proto == second.model_proto

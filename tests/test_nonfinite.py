@@ -18,7 +18,7 @@ from helpers import tiny_overrides
 from jformer import checkpoint, tasks
 from jformer import config as config_lib
 from jformer.train import optim
-from jformer.train.loop import NonFiniteUpdateError, train_and_evaluate
+from jformer.train.loop import NonFiniteUpdateError, check_resume, train_and_evaluate
 from jformer.train.state import init_train_state
 from jformer.train.step import make_train_step
 
@@ -127,4 +127,9 @@ def test_the_stop_names_the_first_bad_step_though_the_metrics_are_read_later(rep
                                           "train.eval_every": 1000})
   assert every_step[0] % 6 and every_step[0] < 6  # read at step 6, several steps after the bad one...
   assert late == every_step  # ...it names the same step, the same checks, and that nothing was saved.
-  assert late[2] == "No checkpoint was saved before it." and not list((tmp_path / "late" / "checkpoints").iterdir())
+  assert late[2] == ("No checkpoint was saved before it, so the workdir holds no run: train again with the fix (any "
+                     "config) in it.") and not list((tmp_path / "late" / "checkpoints").iterdir())
+  # Nothing saved, no identity recorded (issue 49): the fix may change a key that defines the run.
+  assert not (tmp_path / "late" / "config.json").exists()
+  check_resume(config_lib.load(repo_root / "configs" / "small.py", tiny_overrides(
+      tiny_corpus, **{"model.attention": "chunked", "model.d_model": 64})), tmp_path / "late")

@@ -274,8 +274,8 @@ def scan_forward(blocks: Blocks, score: Score | None, mods: Mods | None, q, k, v
 
       def attend(carry, visible):
         m, l, acc = carry
-        s = _block_logits(blocks, score, mods, index, q_blk, k_blk, params, _bias_block(bias, i, j, cq, ck), q_caps,
-                          kv_caps)
+        s = _block_logits(blocks, score, mods, index, visible, q_blk, k_blk, params, _bias_block(bias, i, j, cq, ck),
+                          q_caps, kv_caps)
         s = s if visible is None else jnp.where(visible, s, MASK_VALUE)
         m_new = jnp.maximum(m, s.max(-1))
         correction = jnp.exp(m - m_new)
@@ -310,18 +310,40 @@ def _scores(blocks: Blocks, score: Score | None, q_blk, k_blk, params) -> jax.Ar
   return soft_cap(s, blocks.softcap)
 
 
-def _block_logits(blocks: Blocks, score: Score | None, mods: Mods | None, index, q_blk, k_blk, params, bias_blk,
-                  q_caps, kv_caps) -> jax.Array:
+def _block_logits(blocks: Blocks, score: Score | None, mods: Mods | None, index, visible, q_blk, k_blk, params,
+                  bias_blk, q_caps, kv_caps) -> jax.Array:
   """`[B, K, G, cq, ck]` float32: mod(cap(score)) + bias of one block, before masking: a function of everything
-  the backward differentiates (query, key, parameters, bias and captured values of the block)."""
+  the backward differentiates (query, key, parameters, bias and captured values of the block). The score_mod sees
+  the indices and captured values of a visible pair where `visible` (None: all) masks one (`visible_arguments`)."""
   s = _scores(blocks, score, q_blk, k_blk, params)
   if mods is not None and mods.score_mod is not None:
     q = {name: x[..., None] for name, x in q_caps.items()}
     kv = {name: x[..., None, :] for name, x in kv_caps.items()}
+    index, q, kv = visible_arguments(visible, (index, q, kv))
     s = jnp.broadcast_to(mods.score_mod(s, *index, params, q, kv), s.shape).astype(jnp.float32)
   if bias_blk is not None:
     s = s + _grouped(bias_blk.astype(jnp.float32), s.shape[1])
   return s
+
+
+def visible_arguments(visible: jax.Array | None, arguments):
+  """`arguments` (a pytree of arrays broadcastable against `visible`: a mod's indices and captured values) where
+  `visible`, and elsewhere the values of one visible pair (the first), each leaf broadcast to its shape with
+  `visible`'s. An elementwise mod evaluated on them computes at a masked pair what it computes at a visible one: a
+  formula finite on the pairs it is used on (a log of the distance back, finite only where causal masking leaves
+  the key visible) puts no NaN or inf into either pass, where masking its output alone would still send 0 * inf
+  into the gradients. `visible` None (nothing masked): `arguments` as they are."""
+  if visible is None:
+    return arguments
+  leaves, tree = jax.tree.flatten(arguments)
+  shape = jnp.broadcast_shapes(visible.shape, *(x.shape for x in leaves))
+  first = jnp.unravel_index(jnp.argmax(jnp.broadcast_to(visible, shape).reshape(-1)), shape)
+
+  def at_first(x):
+    x = x.reshape((1,) * (len(shape) - x.ndim) + x.shape)
+    return x[tuple(i if n > 1 else 0 for i, n in zip(first, x.shape))]
+
+  return jax.tree.unflatten(tree, [jnp.where(visible, x, at_first(x)) for x in leaves])
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1, 2))
@@ -359,7 +381,7 @@ def _backward(blocks, score, mods, residuals, dout):
       inputs = (q_blk, k_blk, params, _bias_block(bias, i, j, cq, ck), q_caps, kv_caps)
 
       def grads(visible):
-        s, logits_vjp = jax.vjp(functools.partial(_block_logits, blocks, score, mods, index), *inputs)
+        s, logits_vjp = jax.vjp(functools.partial(_block_logits, blocks, score, mods, index, visible), *inputs)
         p = jnp.exp((s if visible is None else jnp.where(visible, s, MASK_VALUE)) - lse_blk[..., None])
         dp = jnp.einsum("bkgqd,bkcd->bkgqc", do_blk, v_blk, preferred_element_type=jnp.float32)
         ds = p * (dp - delta_blk[..., None])

@@ -30,12 +30,23 @@ every feature but dropout, and decodes with the full cache (`decode_state=` to c
 How it runs. The engine (`jformer.attention.blockwise`) evaluates the score_mod on each block it computes and the
 mask_mod only on blocks its block mask leaves PARTIAL; the block mask is computed once per call (once per shape,
 when the program is built, for a mask_mod of the indices alone) and both passes skip EMPTY blocks, so memory stays
-linear in the length. Gradients reach queries, keys, values, bias, parameters and captured values, summed in a
-fixed order. Mods built with the constructors here carry what a library kernel takes as data: the `CAUSAL` and
+linear in the length. Where a block masks a pair, the score_mod gets the indices and captured values of a visible
+pair instead (`blockwise.visible_arguments`; the dense formula does the same): a formula finite wherever the key
+is visible (a log of the distance back, under causal masking) trains with finite gradients, whatever it gives on
+the pairs the masking hides. Gradients reach queries, keys, values, bias, parameters and captured values, summed
+in a fixed order. Mods built with the constructors here carry what a library kernel takes as data: the `CAUSAL` and
 `sliding_window(left, right)` masks (`and_masks` combines masks) and the `softcap(cap)` score. A variant made of
 those alone is `auto`'s call (causal=, window=, logits_softcap=: splash on TPU, cuDNN on GPU, chunked or
 dot_product elsewhere); a function of its own runs it on the engine (the constructors' parts as the engine's own
 masking), said once in the log with the reason. Document masking is the call's segment ids (every variant's).
+
+Checked at load (`mod_problem`, from `jformer.config.validate`, before any data is prepared): the functions of a
+variant the model uses run once, traced, on tiny arrays of each of the model's attention calls (its sizes, options
+and initial parameters): a score_mod must return a float logit (a bool or int, a mask written as a score_mod, would
+make the logits constants), a mask_mod a bool, each a result that broadcasts to its arguments, the score_mod
+finite wherever the key is visible; a function that raises (a Python list or numpy array indexed by the traced
+indices, an `if` on them) or breaks one of these is refused in one line naming the variant, its file and line, and
+the fix.
 
 Positions: a variant with a function of its own reads positions (`AttentionVariant.reads_positions`), so the model
 passes them for packed rows too: q_idx and kv_idx are each token's position in its own example (in encoder-decoder
@@ -47,10 +58,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import traceback
 from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jformer.attention import auto, blockwise
 from jformer.attention.capture import Capture
@@ -59,7 +72,7 @@ from jformer.attention.registry import MASKING, REGISTRY, RESERVED, SIGNATURE, A
 from jformer.ops.attention import dot_product_weights
 from jformer.ops.masks import attention_mask
 from jformer.ops.softcap import soft_cap
-from jformer.registry import Param, caller, first_line
+from jformer.registry import Param, caller, first_line, init_params, place
 
 # What every flex variant supports: everything but dropout (the engine has none).
 FEATURES = frozenset({"causal", "segment_ids", "positions", "mask", "bias", "decode", "gqa", "softcap", "window"})
@@ -296,8 +309,122 @@ def _dense(spec: _Spec, query, key, kwargs) -> tuple:
   if bound.mask_fns:
     mod = bound.mask(b, h, q_idx, kv_idx, params, q, kv)
     visible = mod if visible is None else visible & mod
+  (b, h, q_idx, kv_idx), q, kv = blockwise.visible_arguments(visible, ((b, h, q_idx, kv_idx), q, kv))
   score_mod = None if bound.score_fn is None else (lambda s: bound.score(s, b, h, q_idx, kv_idx, params, q, kv))
   return visible, score_mod, masking
+
+
+# The load-time check's call (`mod_problem`): two rows, and lengths that are neither the batch nor the heads, so that
+# a mod that mixes up two axes fails there as it would at the model's sizes.
+CHECK_BATCH = 2
+
+
+def mod_problem(variant: AttentionVariant, *, dims: Mapping[str, int], options: Mapping[str, Any], causal: bool,
+                call: str) -> str | None:
+  """What is wrong with flex variant `variant`'s functions in one of the model's attention calls (`call`, e.g.
+  'decoder self-attention'; `causal`: its flag), found on one small traced call of them before anything is
+  prepared: a mod or capture that raises, a score_mod whose result is not a float (a mask written as a score_mod
+  makes every logit a constant), a mask_mod whose result is not bool, a result that does not broadcast to the
+  scores, a score_mod NaN or inf where the key is visible (initial parameters, captures of a random layer input).
+
+  Returns the one-line message naming the variant, the function's file and line, what is wrong and the fix; None
+  if nothing is, or `variant` has no functions of its own. `dims`: the model's (`MODEL_DIMS`); `options`:
+  `model.attention_options`.
+  """
+  if not is_flex(variant) or not variant.fn.flex_spec.functions():
+    return None
+  spec = variant.fn.flex_spec
+  q_len, kv_len = [n for n in range(3, 7) if n not in (CHECK_BATCH, dims["heads"])][:2]
+  shape = (CHECK_BATCH, dims["heads"], q_len, kv_len)
+  masking, bound = _plan(spec, {"causal": causal}, {k: v for k, v in options.items() if k not in CHUNKS})
+  sizes = variant.param_dims(dims, options)
+  mods = [(fn, "mask_mod") for fn in spec.mask.fns] + [(fn, "score_mod") for fn, arity in spec.functions()
+                                                         if arity == 5]  # the masks first: the score's visible pairs
+
+  def results(indices, score, layer_inputs):
+    """(the call's own visibility `[1, 1, T, S]` or None, each mod's result), traced as the model traces them."""
+    params = init_params(variant.params, sizes, jax.random.PRNGKey(0)) if variant.params else None
+    q, kv = ({name: _dense_tokens(_called(f"capture '{name}'", capture.fn, lambda: capture.values(
+        layer_inputs[side], params)), axis) for name, capture in variant.captures.items()}
+             for side, axis in (("q", 2), ("kv", 3)))
+    keywords = lambda fn: bound._keywords(fn, params, q, kv)
+    return (attention_mask(q_len, kv_len, causal=masking["causal"], window=masking["window"]),
+            [_called(kind, fn, lambda: jnp.asarray(fn(*(score,) * (kind == "score_mod"), *indices, **keywords(fn))))
+             for fn, kind in mods])
+
+  rng = np.random.default_rng(0)  # numpy's: no random program to compile.
+  indices = tuple(np.arange(n, dtype=np.int32).reshape([n if i == axis else 1 for i in range(4)])
+                  for axis, n in enumerate(shape))
+  layer_inputs = {side: rng.standard_normal((CHECK_BATCH, length, dims["d_model"]), np.float32)
+                  for side, length in (("q", q_len), ("kv", kv_len))}
+  try:
+    visible, outputs = jax.jit(results)(indices, rng.standard_normal(shape, np.float32), layer_inputs)
+  except _Raised as raised:
+    kind, fn, error = raised.args
+    traced = isinstance(error, TypeError) or "truth value of an array" in str(error)
+    fix = ("its arguments are traced int32 arrays: index jnp arrays with them (jnp.asarray([...])[h], or declare "
+           "params=), not Python lists or numpy arrays, and choose with jnp.where, not `if`" if traced
+           else "fix it there")
+    return (f"flex variant '{variant.name}' ({_place(fn, error)}, {kind}): raised {type(error).__name__}: "
+            f"{first_line(str(error)).rstrip('.')}; {fix}")
+  visible = np.ones(shape, bool) if visible is None else np.broadcast_to(np.asarray(visible), shape)
+  for (fn, kind), out in zip(mods, map(np.asarray, outputs)):
+    what = _result_problem(kind, out, shape)
+    if what is None and kind == "mask_mod":
+      visible = visible & out
+    elif what is None and (visible & ~np.isfinite(out)).any():
+      bad = visible & ~np.isfinite(out)
+      b, h, i, j = (int(x[0]) for x in np.nonzero(bad))
+      what = (f"it is NaN or inf at {bad.sum()} of {visible.sum()} visible pairs of the model's {call}"
+              f"{'' if masking['causal'] else ' (not causal)'}, e.g. b={b}, h={h}, q_idx={i}, kv_idx={j} (initial "
+              "parameters); make the formula finite wherever the key is visible (what it gives where the masking "
+              "hides the key does not matter)")
+    if what is not None:
+      return f"flex variant '{variant.name}' ({_place(fn)}, {kind}): {what}"
+  return None
+
+
+class _Raised(Exception):
+  """A plug-in's function raised in `mod_problem`'s trace: args (its kind, the function, the error)."""
+
+
+def _called(kind: str, fn: Callable, call: Callable):
+  """`call()`, the running of plug-in function `fn`; what it raises becomes `_Raised`, naming `fn`."""
+  try:
+    return call()
+  except Exception as e:  # whatever the plug-in's code raises: named with its file and line.
+    raise _Raised(kind, fn, e) from e
+
+
+def _place(fn: Callable, error: BaseException | None = None) -> str:
+  """'file:line' of plug-in function `fn`: the innermost line of its file in `error`'s traceback, else its `def`."""
+  try:
+    path, (_, line) = inspect.getsourcefile(fn), inspect.getsourcelines(fn)
+  except (OSError, TypeError):  # a builtin or a callable object: its name only.
+    return _name(fn)
+  frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == path] if error else []
+  return place(path, frames[-1].lineno if frames else line)
+
+
+def _result_problem(kind: str, out: np.ndarray, shape: tuple) -> str | None:
+  """What is wrong with a mod's result `out` for arguments that broadcast to `shape` ([B, H, T, S]), and the fix;
+  None if it is a float logit (score_mod) or bool (mask_mod) that broadcasts to `shape`."""
+  if kind == "score_mod" and not jnp.issubdtype(out.dtype, jnp.floating):  # jnp's: bfloat16 is a float too.
+    return (f"it returns {out.dtype}, not the new logit (float): the logits become its values, so attention ignores "
+            "q . k; return a float formula of `score` (e.g. score - slope * distance), or register a mask (True: the "
+            "query sees the key) as mask_mod=")
+  if kind == "mask_mod" and out.dtype != np.bool_:
+    return (f"it returns {out.dtype}, not bool (True: the query sees the key); return a comparison (e.g. kv_idx <= "
+            "q_idx), or register a float term as score_mod=")
+  try:
+    fits = out.ndim <= len(shape) and np.broadcast_shapes(out.shape, shape) == shape
+  except ValueError:
+    fits = False
+  if not fits:
+    arguments = "score, b, h, q_idx, kv_idx" if kind == "score_mod" else "b, h, q_idx, kv_idx"
+    return (f"it returns shape {tuple(out.shape)} where its arguments ({arguments}) broadcast to {shape}; keep it "
+            "elementwise (no sums, reshapes or indexing along their axes): its result must broadcast to theirs")
+  return None
 
 
 def _weights(spec: _Spec) -> Callable:

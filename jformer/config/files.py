@@ -38,7 +38,11 @@ def read(path: str | pathlib.Path) -> ml_collections.ConfigDict:
   if not hasattr(module, "get_config"):
     raise ValueError(f"config file '{file}' defines no get_config(): add `def get_config():` returning a ConfigDict "
                      "(see configs/demo.py)")
-  config = module.get_config(arg) if arg else module.get_config()
+  try:
+    config = module.get_config(arg) if arg else module.get_config()
+  except Exception as e:  # whatever the file's own code raises: one line that says where (--verbose: the traceback).
+    raise ValueError(f"config file '{file}': get_config() raised {type(e).__name__} at {_where(e, file)}: {e}; fix "
+                     "the config file there") from e
   if not isinstance(config, ml_collections.ConfigDict):
     raise TypeError(f"get_config() of '{file}' returned {type(config).__name__}, not a ConfigDict")
   _check_known_keys(config, file)

@@ -23,8 +23,9 @@ THIS_MACHINE = "this machine"
 
 def validate(config: ml_collections.ConfigDict, backend: str | None = THIS_MACHINE) -> TransformerConfig:
   """Fails with one ValueError naming every problem (values, combinations that cannot run, attention kernels that
-  cannot run the model's calls on `backend`: `TransformerConfig.kernel_refusal`); returns the model's frozen
-  config, its registry names resolved.
+  cannot run the model's calls on `backend`: `TransformerConfig.kernel_refusal`, a flex variant's mod that would
+  fail or train on NaN or constants: `TransformerConfig.mod_problem`); returns the model's frozen config, its
+  registry names resolved.
 
   `backend`: the JAX backend the config will run on ('cpu', 'gpu', 'tpu'), THIS_MACHINE (the default), or None
   when it is not known (a sweep submitted to a cluster, a command that runs no model).
@@ -44,6 +45,9 @@ def validate(config: ml_collections.ConfigDict, backend: str | None = THIS_MACHI
                                  backend=runtime.expected_backend() if backend == THIS_MACHINE else backend)
   if refusal:  # the variant cannot run here at all: its fix first and alone, not what else it would not support.
     raise ValueError("invalid config: " + refusal)
+  mistake = model.mod_problem(encoder_decoder=tasks.get(config.model.architecture).pairs)
+  if mistake:  # a flex variant's own function: named with its file and line, alone.
+    raise ValueError(mistake)
   problems = _combinations(config, model) + _sequence_problems(config, model)
   if problems:
     raise ValueError("invalid config: " + "; ".join(problems))

@@ -70,8 +70,8 @@ def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer | PretrainedTok
 
   The vocabulary's size and sha256 are recorded in `<workdir>/vocab/vocab_checksum.json` when the run first uses it
   (process 0) and checked before every later load; with them what a trained one was trained on (`vocab_source`):
-  one trained by a start that trained no step, on other data, is trained again (the run's identity is recorded
-  only at its first step, `jformer.train.loop.write_config`).
+  one trained by a start that saved no checkpoint, on other data, is trained again (the run's identity is recorded
+  only with its first checkpoint, `jformer.train.loop.write_config`).
 
   Raises:
     ValueError: the vocabulary differs from the one the run recorded (one line naming the file and the fix).
@@ -82,9 +82,9 @@ def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer | PretrainedTok
   path = vocab_path(config, workdir)
   record = epath.Path(workdir) / "vocab" / VOCAB_CHECKSUM
   source = vocab_source(config)
-  started = (epath.Path(workdir) / "config.json").exists()  # a run that trained a step (its identity recorded).
+  started = (epath.Path(workdir) / "config.json").exists()  # a run that saved a checkpoint (its identity recorded).
   if not config.data.vocab_path and not started and _recorded(record).get("source", source) != source:
-    # Trained by an earlier start of this workdir that failed before its first step, on other data: trained again.
+    # Trained by an earlier start of this workdir that saved nothing, on other data: trained again.
     logging.warning("%s was trained on other data (%s) by a start that trained no step; training it again for %s.",
                     os.fspath(path), _recorded(record)["source"], source)
     path.unlink(missing_ok=True)

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from jformer import attention, positional, registry, runtime
+from jformer.attention import flex
 from jformer.models import activations, norms
 from jformer.models.remat import MODES as REMAT
 from jformer.schema import Registered, field
@@ -75,11 +76,12 @@ def resolve_dtype(dtype) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class AttentionCall:
-  """One attention call of a model: the variant that runs it, (query, key, value) and the masking arguments of
-  the variant signature (`AttentionVariant.refusal`'s arguments)."""
+  """One attention call of a model: the variant that runs it, (query, key, value), the masking arguments of the
+  variant signature (`AttentionVariant.refusal`'s arguments) and the variant's options."""
   variant: attention.AttentionVariant
   arrays: tuple
   masking: dict
+  options: dict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -317,10 +319,11 @@ class TransformerConfig:
                 if layer.positional_encoding.acts == "bias" else None)
         calls.append((f"{stack} self-attention{of_kind}", key, AttentionCall(
             layer.attention_variant, arrays, dict(common, causal=causal, q_segment_ids=ids, kv_segment_ids=ids,
-                                                  bias=bias))))
+                                                  bias=bias), dict(layer.attention_options))))
     if len(stacks) == 2:
       calls.append(("cross-attention (decoder to encoder)", "model.attention", AttentionCall(
-          self.attention_variant, arrays, dict(common, q_segment_ids=segments(), kv_segment_ids=segments()))))
+          self.attention_variant, arrays, dict(common, q_segment_ids=segments(), kv_segment_ids=segments()),
+          dict(self.attention_options))))
     return calls
 
   def kernel_refusal(self, *, encoder_decoder: bool, backend: str | None) -> str | None:
@@ -346,6 +349,17 @@ class TransformerConfig:
       if all(reasons):
         return (f"attention variant '{call.variant.name}' ({key}) cannot run the model's {where}: {reasons[0]}; set "
                 f"{key}='auto', which falls back where a kernel cannot run a call, or another variant")
+    return None
+
+  def mod_problem(self, *, encoder_decoder: bool) -> str | None:
+    """What is wrong with the functions of a flex variant the model's attention calls run (`attention_calls`), in
+    the first call that shows it: `flex.mod_problem`'s one line (one small traced call of the mods per call, no
+    model compiled), or None."""
+    for where, _, call in self.attention_calls(jnp.float32, encoder_decoder=encoder_decoder):
+      problem = flex.mod_problem(call.variant, dims=self.dims, options=call.options,
+                                 causal=call.masking.get("causal", False), call=where)
+      if problem:
+        return problem
     return None
 
   def _pattern_problems(self) -> list[str]:

@@ -67,7 +67,8 @@ def check_update(totals: dict, first_step: int, last_step: int, allowed: int, ch
   if totals["stop_step"] >= 0:
     last = checkpointer.latest_step()
     kept = (f"The last good checkpoint is step {last} in {checkpointer.directory}." if last is not None
-            else "No checkpoint was saved before it.")
+            else "No checkpoint was saved before it, so the workdir holds no run: train again with the fix (any "
+            "config) in it.")
     after = f" after {allowed} skipped updates" if allowed else ""
     raise NonFiniteUpdateError(f"step {int(totals['stop_step'])}: non-finite {_non_finite(totals['stop_finite'])}; "
                                f"stopping{after} (train.skip_nonfinite_updates={allowed}). {kept}")
@@ -117,8 +118,9 @@ def finished_results(config, workdir: epath.PathLike) -> dict | None:
 
 def write_config(config, workdir: epath.PathLike) -> None:
   """Writes the resolved config to `<workdir>/config.json` (after `check_resume`), and its checksum: the run's
-  identity, written at a start's first step (or before a rerun's final test), so that a start refused or failed
-  before it (data, vocabulary, compilation) leaves nothing that refuses the corrected command."""
+  identity, written with a start's first checkpoint (or before a rerun's final test), so that a start refused,
+  failed or stopped before it saved one (data, vocabulary, compilation, a non-finite first step) leaves nothing
+  that refuses the corrected command."""
   write_json(epath.Path(workdir) / "config.json", json.loads(config.to_json_best_effort()))
   if jax.process_index() == 0:
     config_lib.record_config(workdir)
@@ -217,7 +219,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
   results = {**read_results(workdir), "step": start_step, "finished": False, "stopped_by_patience": False,
              "skipped_updates": int(runner.checkpoint_view(state).skipped_updates)}
   totals, unread = runner.new_totals(), start_step + 1  # metrics of steps unread..step, summed on device.
-  step = start_step
+  step, recorded = start_step, False
   try:
     preemption.start(start_step, checkpointer)
 
@@ -242,8 +244,6 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
       profile.before(step)
       state, metrics = runner.train_step(state, batch)
       profile.after(step, state)
-      if step == start_step + 1:  # the run's identity, recorded once a step exists (a failed start leaves none).
-        write_config(config, workdir)
       totals = runner.add_to_totals(totals, metrics)
       progress.step(input_tokens, timed=step > start_step + 1)  # the first step includes compilation.
       evaluated = budget.after_step(step, state, lambda log: evaluate(step, log))  # planning: times an evaluation.
@@ -280,6 +280,9 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
         results.update(budget.results())  # the budget's time ends here: the final save and test are outside.
       if save or best_now or last:
         with progress.paused():
+          if not recorded:  # the run's identity, recorded with this start's first checkpoint.
+            write_config(config, workdir)
+            recorded = True
           checkpointer.save(step, runner.checkpoint_view(state), datasets.train,
                             force=preempted or last or averaged or best_now)
       if preempted:

@@ -81,12 +81,24 @@ def test_typo_in_config_file(project, repo_root, capsys):
   assert list(project.iterdir()) == [config]
 
 
+# Line 6, inside get_config(), looks up a key that is not there.
+RAISES_IN_GET_CONFIG = """from jformer.config import base_config
+SIZES = {"wmt16": 32000}
+
+
+def get_config():
+  vocab_size = SIZES["wmt14"]
+  return base_config()
+"""
+
+
 @pytest.mark.parametrize("text, fragments", [
     (None, ["does not exist (pass e.g. --config=configs/demo.py)"]),
     ("from jformer.config import base_config\n\n\ndef get_config(:\n  return base_config()\n",
      ["does not parse: line 4: ", "(fix the Python syntax there)"]),
     ("from jformer.config import base_config\n\nCONFIG = base_config()\n",
      ["defines no get_config(): add `def get_config():` returning a ConfigDict"]),
+    (RAISES_IN_GET_CONFIG, ["get_config() raised KeyError at line 6: 'wmt14'", "fix the config file there"]),
 ])
 def test_bad_config_file(project, capsys, text, fragments):
   config = project / "my_config.py"
@@ -95,6 +107,14 @@ def test_bad_config_file(project, capsys, text, fragments):
   status, err = run_cli(["summary", f"--config={config}"], capsys)
   assert_one_line_error(status, err, f"jformer summary: error: config file '{config}'", *fragments)
   assert list(project.iterdir()) == ([config] if text is not None else [])
+
+
+def test_a_get_config_that_raises_shows_its_traceback_with_verbose(project, capsys):
+  config = project / "my_config.py"
+  config.write_text(RAISES_IN_GET_CONFIG)
+  with pytest.raises(ValueError, match="get_config\\(\\) raised KeyError at line 6") as error:
+    run_cli(["summary", f"--config={config}", "--verbose"], capsys)
+  assert isinstance(error.value.__cause__, KeyError)  # the traceback Python prints goes on into the file's line.
 
 
 def test_usage_errors_exit_2(project, capsys):

@@ -1,12 +1,13 @@
 """What the backend or the model's architecture cannot run is refused when the config is loaded, before anything is
 prepared or written (`TransformerConfig.kernel_refusal`: a variant's declared `platforms` and `limits` against the
-model's attention calls), and a start that fails before its first step records no identity that would refuse the
-corrected command in the same workdir."""
+model's attention calls; `TransformerConfig.mod_problem`: a flex variant's functions on one small traced call),
+and a start that fails before its first step records no identity that would refuse the corrected command in the
+same workdir."""
 
 import resource
 
 import pytest
-from helpers import REPO, SMALL, assert_one_line_error, run_command, tiny_overrides
+from helpers import REPO, SMALL, assert_one_line_error, run_cli, run_command, tiny_overrides
 
 from jformer import config as config_lib
 
@@ -118,3 +119,68 @@ def test_a_start_that_fails_before_its_first_step_leaves_nothing_that_refuses_th
   assert fixed.returncode == 0, fixed.stderr
   assert "done: step 2" in fixed.stdout
   assert config_lib.read_run(workdir).model.attention == "dot_product"
+
+
+# A flex variant 'mine' made of one function `mod` (its `def` at line 8, its body at line 9).
+FLEX_PLUGIN = """\"\"\"A researcher's flex variant.\"\"\"
+import jax.numpy as jnp
+import numpy as np
+from jformer.attention import flex
+from jformer.registry import Param, constant
+
+
+def mod({arguments}):
+  {body}
+
+
+flex.register("mine", {kind}=mod, params={{"slope": Param(("heads",), constant(0.5))}})
+"""
+SCORE, MASK = "score, b, h, q_idx, kv_idx, *, params", "b, h, q_idx, kv_idx"
+LOG_DISTANCE = "return score - params['slope'][h] * jnp.log(1 + (q_idx - kv_idx))"  # NaN where the key is after i
+
+
+@pytest.mark.parametrize("kind, arguments, body, line, what, fix", [
+    # Issue 49: a mask written as a score_mod (or an int) trained silently, attention ignoring q . k.
+    ("score_mod", SCORE, "return kv_idx <= q_idx", 8, "it returns bool, not the new logit (float): the logits become "
+     "its values, so attention ignores q . k", "or register a mask (True: the query sees the key) as mask_mod="),
+    ("score_mod", SCORE, "return q_idx - kv_idx", 8, "it returns int32, not the new logit (float)",
+     "return a float formula of `score`"),
+    ("mask_mod", MASK, "return (kv_idx <= q_idx).astype(jnp.int32)", 8, "it returns int32, not bool",
+     "return a comparison (e.g. kv_idx <= q_idx)"),
+    # Mistakes that raised while the model was traced: a bare JAX error, or 100 lines into the engine.
+    ("score_mod", SCORE, "return score * undefined_scale", 9,
+     "raised NameError: name 'undefined_scale' is not defined", "fix it there"),
+    ("score_mod", SCORE, "return score.sum(-1)", 8, "it returns shape (2, 4, 3) where its arguments (score, b, h, "
+     "q_idx, kv_idx) broadcast to (2, 4, 3, 5)", "keep it elementwise"),
+    ("score_mod", SCORE, "return score - [0.1, 0.2, 0.3, 0.4][h]", 9, "raised TypeError: Only integer scalar arrays "
+     "can be converted to a scalar index", "index jnp arrays with them (jnp.asarray([...])[h], or declare params=)"),
+    ("score_mod", SCORE, "return score - np.array([0.1, 0.2, 0.3, 0.4])[h]", 9,
+     "raised TracerArrayConversionError: ", "not Python lists or numpy arrays"),
+    # NaN on visible pairs: the encoder's self-attention is not causal, so a key after the query is visible.
+    ("score_mod", SCORE, LOG_DISTANCE, 8, "it is NaN or inf at 72 of 120 visible pairs of the model's encoder "
+     "self-attention (not causal), e.g. b=0, h=0, q_idx=0, kv_idx=1",
+     "make the formula finite wherever the key is visible"),
+])
+def test_a_flex_mod_mistake_is_named_at_load_with_its_file_and_line(tmp_path, capsys, scratch_registries, kind,
+                                                                    arguments, body, line, what, fix):
+  """Issue 49: checked on one small traced call before anything is prepared: one line naming the variant, the
+  function's file and line (where it raised, else its `def`), what is wrong and the fix; no workdir."""
+  plugin = tmp_path / "mine.py"
+  plugin.write_text(FLEX_PLUGIN.format(kind=kind, arguments=arguments, body=body))
+  workdir = tmp_path / "run"
+  status, err = run_cli(["train", f"--config={SMALL}", f"--workdir={workdir}", f"--config.imports={plugin}",
+                         "--config.model.attention=mine"], capsys)
+  assert_one_line_error(status, err, f"jformer train: error: flex variant 'mine' ({plugin}:{line}, {kind}): {what}",
+                        fix)
+  assert not workdir.exists()
+
+
+def test_a_flex_mod_finite_where_causal_masking_hides_the_nan_is_accepted_in_a_language_model(tmp_path,
+                                                                                          scratch_registries):
+  """The log-distance score_mod is NaN only past the query: a language model's causal attention never sees those
+  pairs (and the engine evaluates the mods there on a visible pair's values), so it is accepted."""
+  plugin = tmp_path / "mine.py"
+  plugin.write_text(FLEX_PLUGIN.format(kind="score_mod", arguments=SCORE, body=LOG_DISTANCE))
+  config = config_lib.load(SMALL, {"imports": str(plugin), "model.attention": "mine", "model.architecture": "lm",
+                                   "data.dataset": "text"})
+  assert config.model.attention == "mine"
