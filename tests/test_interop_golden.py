@@ -1,5 +1,5 @@
 """Imported Hugging Face models compute what transformers computes: on small random-weight models of each family
-(tests/golden/hf, made by `python -m jformer.interop.make_fixtures` with torch + transformers), jformer's float32
+(tests/golden/hf, made by `python tests/golden/make_fixtures.py` with torch + transformers), jformer's float32
 logits equal transformers' within 1e-5 (KL below 1e-6) on right-padded rows (Marian: padded sources and targets),
 and greedy decoding (Marian: greedy translation) gives the same tokens; Marian's tokenizer gives MarianTokenizer's
 ids. CI has no torch: the fixtures hold transformers' outputs; where transformers is importable the same tests also
@@ -64,7 +64,7 @@ def hf_outputs(folder: pathlib.Path, source: str) -> dict:
   """The fixture's recorded transformers outputs, or the same computed now (`make_fixtures`' recipe)."""
   golden = dict(np.load(folder / "golden.npz"))
   if source == "live":
-    from jformer.interop import make_fixtures
+    from golden import make_fixtures  # tests/golden/make_fixtures.py (tests/ is on the path under pytest)
 
     model = hf_model(folder)
     golden["logits"] = hf_logits(model, golden)

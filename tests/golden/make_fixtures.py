@@ -2,7 +2,7 @@
 imported by jformer, with transformers' float32 outputs on them, so CI (which has no torch) checks the conversion.
 
     pip install -e '.[hf]'   # torch (CPU), transformers
-    python -m jformer.interop.make_fixtures [--out=tests/golden/hf]
+    python tests/golden/make_fixtures.py [--out=tests/golden/hf]
 
 Per family, `<out>/<name>/` is a Hugging Face folder (`save_pretrained`: config.json, model.safetensors with float16
 weights, so that the files stay small; transformers and jformer both compute in float32 from them) with a byte-level
@@ -22,7 +22,7 @@ BPE tokenizer.json (Marian: SentencePiece models of each side, source.spm and ta
 The weights are drawn at scales that give logits of order 1 (transformers' initializer would give near-uniform
 distributions, which match whatever the conversion does), norm scales and biases away from 1 and 0.
 
-This module needs torch and transformers; jformer never imports it.
+This script needs torch and transformers; it lives with the tests, outside the installed package.
 """
 
 from __future__ import annotations
