@@ -188,6 +188,10 @@ parameters and Adam state float32 in every dtype (`model.dtype` is the compute d
 """
 
 CAPTIONS = {
+    "demo.json": "README command 1 at the current code, alone on a 2-core AMD EPYC without AVX-512 VP2INTERSECT (the "
+                 "slower VMs of its kind).",
+    "demo_faster_vm.json": "The same command on a faster VM of the kind (with AVX-512 VP2INTERSECT and AVX-VNNI), "
+                           "before `train.keep_best`: it was demo.json until the run above.",
     "train_step.json": "The default attention (`auto`), float32 and bfloat16.",
     "train_step_similarity.json": "The similarity-function variants at TINY (the paper's Sec. 3.2.1 comparison).",
     "attention_similarity.json": "The similarity functions on the chunked engine against `chunked` and the dense "
