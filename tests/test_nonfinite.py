@@ -20,7 +20,7 @@ from jformer import config as config_lib
 from jformer.train import optim
 from jformer.train.loop import NonFiniteUpdateError, check_resume, train_and_evaluate
 from jformer.train.state import init_train_state
-from jformer.train.step import make_train_step
+from jformer.train.step import make_train_step, parameter_names
 
 # Adam at 1e9 times the paper's learning rate: the loss stays finite for a few steps, then the gradients overflow.
 DIVERGING = {"optimizer.learning_rate_scale": 1e9}
@@ -54,6 +54,9 @@ def test_step_keeps_the_state_when_the_gradients_are_not_finite(repo_root):
     assert metrics["finite"].all() and int(metrics["skipped_updates"]) == 0
     state = new_state
   assert not metrics["finite"][1], "the gradients never overflowed"
+  names = parameter_names(state.params)  # one path per parameter, in the gradients' leaf order.
+  assert len(names) == len(jax.tree.leaves(state.params)) and all("/" in name for name in names)
+  assert 0 <= int(metrics["bad_leaf"]) < len(names)  # the first parameter whose gradient is not finite.
   assert int(new_state.step) == int(state.step) + 1
   assert int(new_state.skipped_updates) == int(metrics["skipped_updates"]) == 1
   for new, old in zip(jax.tree.leaves((new_state.params, new_state.opt_state)),
@@ -80,7 +83,7 @@ def test_a_non_finite_update_stops_the_run_in_one_line_and_no_checkpoint_holds_i
                        errors[0])
   assert match, errors[0]
   bad_step, what, last_good, directory = int(match[1]), match[2], int(match[3]), match[4]
-  assert "gradients" in what and directory == str(tmp_path / "checkpoints")
+  assert "gradients (the first: " in what and directory == str(tmp_path / "checkpoints")  # names the parameter.
   saved = checkpointed_params(tmp_path)
   assert max(saved) == last_good == bad_step - 1  # the failing step was not saved...
   assert all(all_finite(params) for params in saved.values())  # ...and every checkpoint is finite.

@@ -15,11 +15,12 @@ from jformer.train import loop
 from jformer.train.step import FINITE_CHECKS, add_to_totals, averages, new_totals
 
 
-def step_metrics(step, loss, tokens, finite=(True, True, True), skipped_updates=0):
+def step_metrics(step, loss, tokens, finite=(True, True, True), skipped_updates=0, bad_leaf=-1):
   return {"loss": jnp.float32(loss), "accuracy": jnp.float32(0.5), "z_loss": jnp.float32(0.25),
           "tokens": jnp.float32(tokens),
           "grad_norm": jnp.float32(2.0 * step), "learning_rate": jnp.float32(1e-3 * step),
-          "finite": jnp.asarray(finite), "skipped_updates": jnp.int32(skipped_updates), "step": jnp.int32(step)}
+          "finite": jnp.asarray(finite), "bad_leaf": jnp.int32(bad_leaf), "skipped_updates": jnp.int32(skipped_updates),
+          "step": jnp.int32(step)}
 
 
 def test_totals_weight_the_loss_by_tokens_and_record_the_first_bad_step_and_the_first_beyond_the_allowance():
@@ -27,16 +28,19 @@ def test_totals_weight_the_loss_by_tokens_and_record_the_first_bad_step_and_the_
   assert int(totals["first_bad_step"]) == int(totals["stop_step"]) == -1
   add = jax.jit(lambda totals, metrics: add_to_totals(totals, metrics, allowed_skips=1))
   totals = add(totals, step_metrics(11, loss=2.0, tokens=10))
-  totals = add(totals, step_metrics(12, loss=np.nan, tokens=30, finite=(False, False, True), skipped_updates=1))
-  totals = add(totals, step_metrics(13, loss=4.0, tokens=30, finite=(True, False, False), skipped_updates=2))
+  totals = add(totals, step_metrics(12, loss=np.nan, tokens=30, finite=(False, False, True), skipped_updates=1,
+                                    bad_leaf=4))
+  totals = add(totals, step_metrics(13, loss=4.0, tokens=30, finite=(True, False, False), skipped_updates=2,
+                                    bad_leaf=7))
   totals = add(totals, step_metrics(14, loss=5.0, tokens=30, finite=(True, True, False), skipped_updates=3))
   read = jax.device_get(totals)
   assert read["steps"] == 4 and read["skipped"] == 3 and read["skipped_updates"] == 3 and read["tokens"] == 100
   assert read["first_bad_step"] == 12 and read["first_bad_finite"].tolist() == [False, False, True]
   assert read["stop_step"] == 13 and read["stop_finite"].tolist() == [True, False, False]  # 2 skips > 1 allowed.
+  assert read["first_bad_leaf"] == 4 and read["stop_leaf"] == 7
   assert len(read["stop_finite"]) == len(FINITE_CHECKS)
   clean = jax.device_get(add(add(new_totals(), step_metrics(1, 2.0, 10)), step_metrics(2, 4.0, 30)))
-  assert clean["first_bad_step"] == clean["stop_step"] == -1
+  assert clean["first_bad_step"] == clean["stop_step"] == clean["stop_leaf"] == -1
   means = averages(clean)
   assert means["loss"] == pytest.approx((2.0 * 10 + 4.0 * 30) / 40)  # per target token, not per step.
   assert means["accuracy"] == pytest.approx(0.5) and means["grad_norm"] == pytest.approx(3.0)

@@ -40,7 +40,7 @@ from jformer.train.cost import StepCost, StepProfile, peak_memory
 from jformer.train.preemption import Preempted, Preemption, stop_at_once
 from jformer.train.progress import Progress, format_duration, write_json
 from jformer.train.runner import eval_step_for_host_params, make_runner, placement
-from jformer.train.step import FINITE_CHECKS
+from jformer.train.step import FINITE_CHECKS, parameter_names
 
 
 class NonFiniteUpdateError(FloatingPointError):
@@ -48,15 +48,19 @@ class NonFiniteUpdateError(FloatingPointError):
   allows; the run stops and keeps the last good checkpoint."""
 
 
-def _non_finite(finite) -> str:
-  """What a step's `FINITE_CHECKS` flags say was not finite, e.g. 'gradients and updated parameters'."""
-  bad = [name for name, ok in zip(FINITE_CHECKS, finite) if not ok]
+def _non_finite(finite, leaf: int, names: list[str]) -> str:
+  """What a step's `FINITE_CHECKS` flags say was not finite, e.g. 'gradients (the first: decoder/layer_0/...) and
+  updated parameters', naming the first parameter whose gradient was not finite (`leaf`, an index into `names`)."""
+  first = f" (the first: {names[leaf]})" if 0 <= leaf < len(names) else ""
+  bad = [name + (first if name == "gradients" else "") for name, ok in zip(FINITE_CHECKS, finite) if not ok]
   return f"{', '.join(bad[:-1])} and {bad[-1]}" if len(bad) > 1 else bad[0]
 
 
-def check_update(totals: dict, first_step: int, last_step: int, allowed: int, checkpointer) -> int:
+def check_update(totals: dict, first_step: int, last_step: int, allowed: int, checkpointer,
+                 names: list[str] = ()) -> int:
   """Checks the train-step totals of steps `first_step`..`last_step`, read from the device
-  (`jformer.train.step.new_totals`), and returns the run's skipped updates so far.
+  (`jformer.train.step.new_totals`), and returns the run's skipped updates so far. `names`: the parameters' paths
+  (`jformer.train.step.parameter_names`), to name the first whose gradient was not finite.
 
   The step never applies a non-finite update (it keeps the old state), so every saved state is finite. Skipped
   updates are reported (how many, and the first) while at most `allowed` were skipped in the run; the first step
@@ -70,12 +74,14 @@ def check_update(totals: dict, first_step: int, last_step: int, allowed: int, ch
             else "No checkpoint was saved before it, so the workdir holds no run: train again with the fix (any "
             "config) in it.")
     after = f" after {allowed} skipped updates" if allowed else ""
-    raise NonFiniteUpdateError(f"step {int(totals['stop_step'])}: non-finite {_non_finite(totals['stop_finite'])}; "
+    raise NonFiniteUpdateError(f"step {int(totals['stop_step'])}: non-finite "
+                               f"{_non_finite(totals['stop_finite'], int(totals['stop_leaf']), names)}; "
                                f"stopping{after} (train.skip_nonfinite_updates={allowed}). {kept}")
   count = int(totals["skipped"])
   if count:
     say(f"steps {first_step}-{last_step}: {count} non-finite update{'s' if count > 1 else ''} skipped, the first at "
-        f"step {int(totals['first_bad_step'])} (non-finite {_non_finite(totals['first_bad_finite'])}); "
+        f"step {int(totals['first_bad_step'])} (non-finite "
+        f"{_non_finite(totals['first_bad_finite'], int(totals['first_bad_leaf']), names)}); "
         f"{skipped} of {allowed} allowed")
   return skipped
 
@@ -259,7 +265,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
       if log or evaluate_now or test_now or save or kept.step == step:  # the step loop's one host round trip.
         read = runner.read_totals(totals)
         results["skipped_updates"] = check_update(read, unread, step, config.train.skip_nonfinite_updates,
-                                                  checkpointer)
+                                                  checkpointer, parameter_names(state.params))
         progress.add(read)
         totals, unread = runner.new_totals(), step + 1
       if log:

@@ -113,13 +113,16 @@ def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumul
     # NaN and Inf propagate through the norm and the sum: one reduction each tells whether all values are finite.
     finite = jnp.stack([jnp.isfinite(loss), jnp.isfinite(grad_norm), jnp.isfinite(optax.tree.sum(params))])
     apply = jnp.all(finite)
+    # Which parameter's gradient went first (in `parameter_names` order), so a stop can name it: one flag per leaf.
+    leaf_finite = jnp.stack([jnp.isfinite(g).all() for g in jax.tree.leaves(grads)])
+    bad_leaf = jnp.where(jnp.all(leaf_finite), -1, jnp.argmin(leaf_finite)).astype(jnp.int32)
     new_state = state.replace(step=state.step + 1, params=optax.tree.where(apply, params, state.params),
                               opt_state=optax.tree.where(apply, opt_state, state.opt_state),
                               skipped_updates=state.skipped_updates + jnp.where(apply, 0, 1))
     metrics = {"loss": loss, "accuracy": correct / denominator, "z_loss": z_loss_sum / denominator,
                "tokens": weight_sum, "grad_norm": grad_norm,
-               "learning_rate": schedule(state.step), "finite": finite, "skipped_updates": new_state.skipped_updates,
-               "step": new_state.step}
+               "learning_rate": schedule(state.step), "finite": finite, "bad_leaf": bad_leaf,
+               "skipped_updates": new_state.skipped_updates, "step": new_state.step}
     return new_state, metrics
 
   return train_step
@@ -129,21 +132,29 @@ def make_train_step(model, tx, schedule, *, label_smoothing: float, grad_accumul
 SUMMED = ("loss_sum", "correct", "z_loss_sum", "tokens", "grad_norm_sum", "steps", "skipped")
 
 
+def parameter_names(params) -> list[str]:
+  """Each parameter's path, 'decoder/layer_0/self_attention/query/kernel', in `jax.tree.leaves` order."""
+  return ["/".join(str(getattr(key, "key", getattr(key, "name", key))) for key in path)
+          for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+
+
 def new_totals() -> dict:
   """Empty running totals of train-step metrics (all scalars, except the [len(FINITE_CHECKS)] flags).
 
   loss_sum, correct, z_loss_sum, tokens: sums of loss x tokens, accuracy x tokens, z-loss x tokens and target
   tokens; grad_norm_sum, steps:
   the sum of gradient norms and the number of steps; skipped: steps whose update was not applied;
-  learning_rate, skipped_updates: the latest step's values; first_bad_step/first_bad_finite: the first skipped
-  step and its `FINITE_CHECKS` flags; stop_step/stop_finite: the first step whose skip went beyond the allowance
-  (steps are -1 until such a step happens).
+  learning_rate, skipped_updates: the latest step's values; first_bad_step/first_bad_finite/first_bad_leaf: the first
+  skipped step, its `FINITE_CHECKS` flags and the index of its first parameter with a non-finite gradient (in
+  `parameter_names` order; -1: none); stop_step/stop_finite/stop_leaf: the same of the first step whose skip went
+  beyond the allowance (steps are -1 until such a step happens).
   """
   zero, none = jnp.zeros((), jnp.float32), jnp.full((), -1, jnp.int32)
   count, finite = jnp.zeros((), jnp.int32), jnp.ones((len(FINITE_CHECKS),), bool)
   return {"loss_sum": zero, "correct": zero, "z_loss_sum": zero, "tokens": zero, "grad_norm_sum": zero,
           "steps": count, "skipped": count, "learning_rate": zero, "skipped_updates": count, "first_bad_step": none,
-          "first_bad_finite": finite, "stop_step": none, "stop_finite": finite}
+          "first_bad_finite": finite, "first_bad_leaf": none, "stop_step": none, "stop_finite": finite,
+          "stop_leaf": none}
 
 
 def add_to_totals(totals: dict, metrics: dict, *, allowed_skips: int) -> dict:
@@ -166,8 +177,10 @@ def add_to_totals(totals: dict, metrics: dict, *, allowed_skips: int) -> dict:
       "skipped_updates": metrics["skipped_updates"],
       "first_bad_step": jnp.where(first, metrics["step"], totals["first_bad_step"]),
       "first_bad_finite": jnp.where(first, metrics["finite"], totals["first_bad_finite"]),
+      "first_bad_leaf": jnp.where(first, metrics["bad_leaf"], totals["first_bad_leaf"]),
       "stop_step": jnp.where(stop, metrics["step"], totals["stop_step"]),
       "stop_finite": jnp.where(stop, metrics["finite"], totals["stop_finite"]),
+      "stop_leaf": jnp.where(stop, metrics["bad_leaf"], totals["stop_leaf"]),
   }
 
 
