@@ -44,10 +44,11 @@ def _attention(hf: dict) -> dict:
   """`model.layer_kinds` and `model.layer_pattern` of the local and global layers."""
   pattern = _pattern(_layer_types(hf))
   kinds = {"global": {"attention": "auto"}}
+  window = hf.get("sliding_window", 4096)
   if "local" in pattern:
-    if not hf.get("sliding_window"):
-      refuse("gemma2", f"sliding_window={hf.get('sliding_window')} with sliding layers: give the window size")
-    kinds["local"] = {"attention": "local", "attention_options": {"window_size": int(hf["sliding_window"])}}
+    if not window:
+      refuse("gemma2", f"sliding_window={window} with sliding layers: give the window size")
+    kinds["local"] = {"attention": "local", "attention_options": {"window_size": int(window)}}
   return {"attention": "auto", "layer_kinds": {kind: kinds[kind] for kind in dict.fromkeys(pattern)},
           "layer_pattern": pattern}
 
@@ -64,31 +65,27 @@ def _check(hf: dict) -> None:
     refuse("gemma2", "use_bidirectional_attention=True: jformer's language model is causal")
 
 
-def _head_dim(hf: dict) -> int:
-  return hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]
-
-
 def model_fields(hf: dict) -> dict:
+  """jformer's model fields; a field config.json leaves out takes transformers' Gemma2Config default (soft-caps 50
+  and 30, window 4096, query_pre_attn_scalar 256), except the shapes, which it must give."""
   _check(hf)
-  heads = hf["num_attention_heads"]
-  kv_heads = hf.get("num_key_value_heads") or heads
+  heads, kv_heads = hf["num_attention_heads"], hf["num_key_value_heads"]
   return {"architecture": "lm", "d_model": hf["hidden_size"], "num_heads": heads,
-          "num_kv_heads": 0 if kv_heads == heads else kv_heads, "head_dim": _head_dim(hf),
+          "num_kv_heads": 0 if kv_heads == heads else kv_heads, "head_dim": hf["head_dim"],
           "d_ff": hf["intermediate_size"], "num_encoder_layers": 0, "num_decoder_layers": hf["num_hidden_layers"],
           "norm": "pre", "post_norm": True, "normalization": "rmsnorm_plus_one",
           "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)), "final_norm": True, "activation": "geglu",
           "positional": "rotary", "positional_options": {"base": llama._rope_theta(hf, "gemma2")}, "use_bias": False,
           "qkv_bias": False, **_attention(hf), "attention_scale_dim": float(hf.get("query_pre_attn_scalar", 256)),
-          "attention_logit_softcap": float(hf.get("attn_logit_softcapping") or 0.0),
-          "final_logit_softcap": float(hf.get("final_logit_softcapping") or 0.0), "scale_embeddings": True,
+          "attention_logit_softcap": float(hf.get("attn_logit_softcapping", 50.0) or 0.0),
+          "final_logit_softcap": float(hf.get("final_logit_softcapping", 30.0) or 0.0), "scale_embeddings": True,
           "tie_output_embedding": bool(hf.get("tie_word_embeddings", True)),
           "max_length": hf.get("max_position_embeddings", 8192), "dropout_rate": 0.0,
           "attention_dropout_rate": float(hf.get("attention_dropout") or 0.0), "qk_norm": False}
 
 
 def rows(hf: dict, vocabulary: VocabularyMap) -> list[Row]:
-  heads, head_dim = hf["num_attention_heads"], _head_dim(hf)
-  kv_heads = hf.get("num_key_value_heads") or heads
+  heads, kv_heads, head_dim = hf["num_attention_heads"], hf["num_key_value_heads"], hf["head_dim"]
   block, attn, layer = "model.layers.{i}", "model.layers.{i}.self_attn", "decoder/layer_{i}"
   vocab = tables.vocab_rows(vocabulary.pretrained_ids, vocabulary.jformer_ids)
   norms = (("input_layernorm", "self_attention_norm"), ("post_attention_layernorm", "self_attention_post_norm"),
