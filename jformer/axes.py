@@ -88,5 +88,5 @@ class Placement:
 # The model config key that sets the size of each logical axis (to name what differs between a checkpoint and a
 # model: `jformer.checkpoint.shapes`).
 CONFIG_KEYS = {EMBED: "model.d_model", HEADS: "model.num_heads", KV_HEADS: "model.num_kv_heads",
-               HEAD_DIM: "model.d_model / model.num_heads", MLP: "model.d_ff", VOCAB: "model.vocab_size",
-               POSITIONS: "model.max_length"}
+               HEAD_DIM: "model.head_dim (or model.d_model / model.num_heads)", MLP: "model.d_ff",
+               VOCAB: "model.vocab_size", POSITIONS: "model.max_length"}

@@ -368,7 +368,7 @@ def test_a_plug_in_norm_and_activation_are_used_by_the_model(scratch_registries)
   layer = nn.meta.unbox(summary.param_shapes(model))["encoder"]["layer_0"]
   assert set(layer["self_attention_norm"]) == {"scale"} and set(layer["feed_forward"]) == {"wi", "wo"}
   with pytest.raises(ValueError, match=r"unknown normalization 'nope'; known: \['layernorm', 'rmsnorm', "
-                                       r"'scale_only'\]"):
+                                       r"'rmsnorm_plus_one', 'scale_only'\]"):
     tiny(**{"model.normalization": "nope"})
 
 

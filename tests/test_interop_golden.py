@@ -219,3 +219,65 @@ def test_marian_tokenizer_with_separate_vocabularies_is_refused(tmp_path):
   (tmp_path / "tokenizer_config.json").write_text(json.dumps({"separate_vocabs": True}))
   with pytest.raises(ValueError, match="a Marian tokenizer with separate source and target vocabularies"):
     hf_lib._tokenizer_file(tmp_path)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"hidden_activation": "gelu"}, "gemma2 config: hidden_activation='gelu' (jformer's geglu is GELU's tanh"),
+    ({"attention_bias": True}, "gemma2 config: attention_bias=True (biases on q/k/v/o but not the MLP)"),
+    ({"use_bidirectional_attention": True}, "gemma2 config: use_bidirectional_attention=True"),
+    ({"layer_types": ["sliding_attention", "chunked_attention", "full_attention"]},
+     "gemma2 config: layer_types holds ['chunked_attention']"),
+    ({"layer_types": ["sliding_attention", "full_attention"]},
+     "gemma2 config: layer_types names 2 layers, num_hidden_layers=3"),
+    ({"sliding_window": None}, "gemma2 config: sliding_window=None with sliding layers"),
+    ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}},
+     "gemma2 config: rotary scaling 'linear' is not a jformer positional encoding"),
+])
+def test_gemma2_refuses_what_jformer_cannot_hold(change, message):
+  """A Gemma 2 config jformer's block cannot compute is refused in one line naming the field."""
+  hf = {**json.loads((GOLDEN / "gemma2" / "config.json").read_text()), **change}
+  with pytest.raises(ValueError, match=re.escape(message)):
+    family_of(hf).model_fields(hf)
+
+
+@pytest.mark.parametrize("types, pattern", [
+    (None, ("local", "global")),  # transformers' default: sliding where the index is even.
+    (["full_attention"] * 3, ("global",)),
+    ((["sliding_attention"] * 5 + ["full_attention"]) * 2, ("local",) * 5 + ("global",)),
+])
+def test_gemma2_layer_types_become_the_shortest_layer_pattern(types, pattern):
+  hf = json.loads((GOLDEN / "gemma2" / "config.json").read_text())
+  hf.update(layer_types=types, num_hidden_layers=len(types or [0] * 3))
+  fields = family_of(hf).model_fields(hf)
+  assert fields["layer_pattern"] == pattern
+  assert set(fields["layer_kinds"]) == set(pattern)
+  assert fields["layer_kinds"].get("local", {}).get("attention_options") in (None, {"window_size": 4})
+  TransformerConfig.from_config({**fields, "vocab_size": 272}).validate()
+
+
+def test_gemma2_fields_left_out_take_transformers_defaults():
+  """Gemma2Config's defaults: soft-caps 50 (attention) and 30 (logits), window 4096, query_pre_attn_scalar 256."""
+  hf = json.loads((GOLDEN / "gemma2" / "config.json").read_text())
+  for key in ("attn_logit_softcapping", "final_logit_softcapping", "sliding_window", "query_pre_attn_scalar"):
+    del hf[key]
+  fields = family_of(hf).model_fields(hf)
+  assert (fields["attention_logit_softcap"], fields["final_logit_softcap"], fields["attention_scale_dim"]) == (
+      50.0, 30.0, 256.0)
+  assert fields["layer_kinds"]["local"]["attention_options"] == {"window_size": 4096}
+
+
+def test_gemma2_with_an_untied_output_embedding_round_trips(tmp_path):
+  """tie_word_embeddings=False: lm_head.weight becomes the output embedding and comes back bit for bit."""
+  folder = GOLDEN / "gemma2"
+  hf = {**json.loads((folder / "config.json").read_text()), "tie_word_embeddings": False}
+  (tmp_path / "config.json").write_text(json.dumps(hf))
+  tensors = safetensors_io.read_folder(folder)
+  tensors["lm_head.weight"] = (tensors["model.embed_tokens.weight"][::-1] * 2).astype(np.float32)
+  safetensors_io.write(tmp_path / "model.safetensors", tensors)
+  fields, params, vocabulary = interop.convert(tmp_path)
+  assert not fields["tie_output_embedding"]
+  output = params["decoder"]["output_embedding"]["embedding"]
+  np.testing.assert_array_equal(output[vocabulary.jformer_ids], tensors["lm_head.weight"])
+  back = interop.to_pretrained_tensors(hf, params)
+  assert set(back) == set(tensors)
+  np.testing.assert_array_equal(back["lm_head.weight"], tensors["lm_head.weight"])

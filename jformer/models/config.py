@@ -96,10 +96,13 @@ class TransformerConfig:
                             choices=Registered("task"), identity=True)
   vocab_size: int = field(32000, "Shared source/target vocabulary size (SentencePiece).", at_least=1, identity=True)
   d_model: int = field(512, "Width of embeddings and residual stream (paper: d_model).", at_least=1, identity=True)
-  num_heads: int = field(8, "Attention heads (paper: h); d_k = d_v = d_model / num_heads.", at_least=1,
-                         identity=True)
+  num_heads: int = field(8, "Attention heads (paper: h); d_k = d_v = d_model / num_heads unless head_dim says.",
+                         at_least=1, identity=True)
   num_kv_heads: int = field(0, "Key/value heads (grouped-query attention; 1 = multi-query); 0 = num_heads (paper).",
                             at_least=0, identity=True)
+  head_dim: int = field(0, "Width of each query, key and value head (d_k = d_v); 0 = d_model / num_heads (paper); "
+                        "another value makes num_heads x head_dim != d_model, the output projection mapping it back "
+                        "(Gemma 2).", at_least=0, identity=True)
   d_ff: int = field(2048, "Inner width of the feed-forward sublayer (paper: d_ff).", at_least=1, identity=True)
   num_encoder_layers: int = field(6, "Encoder layers (paper: N).", at_least=0, identity=True)
   num_decoder_layers: int = field(6, "Decoder layers (paper: N).", at_least=0, identity=True)
@@ -126,8 +129,12 @@ class TransformerConfig:
   max_length: int = field(512, "Longest sequence the position tables cover.", at_least=1, identity=True)
   norm: str = field("post", "'post': Norm(x + Sublayer(x)) as the paper; 'pre': x + Sublayer(Norm(x)).",
                     choices=NORMS, identity=True)
+  post_norm: bool = field(False, "Pre-norm blocks also normalize each sublayer's output before the residual add: "
+                          "x + Norm_post(Sublayer(Norm(x))) (Gemma 2; parameters `<sublayer>_post_norm`); needs "
+                          "norm='pre'.", identity=True)
   normalization: str = field("layernorm", "The norm of every sublayer, the final norm and QK-norm: 'layernorm' "
-                             "(paper) or 'rmsnorm' (`jformer list normalization`).",
+                             "(paper), 'rmsnorm' or 'rmsnorm_plus_one' (weight 1 + scale, Gemma 2) (`jformer list "
+                             "normalization`).",
                              choices=Registered("normalization"), identity=True)
   final_norm: bool = field(True, "A pre-norm stack ends with a norm of its output (a post-norm stack's last "
                            "sublayer norm ends it anyway); False drops it (pre-norm only).", identity=True)
@@ -140,6 +147,9 @@ class TransformerConfig:
   attention_logit_softcap: float = field(0.0, "> 0: attention logits -> cap * tanh(logits / cap) (Gemma 2); needs a "
                                          "variant declaring 'softcap' (auto picks one); 0 = off (paper).", at_least=0,
                                          identity=True)
+  attention_scale_dim: float = field(0.0, "> 0: attention logits are scaled by attention_scale_dim^-1/2 instead "
+                                     "of head_dim^-1/2 (Gemma 2's query_pre_attn_scalar); 0 = head_dim (paper eq. 1).",
+                                     at_least=0, identity=True)
   final_logit_softcap: float = field(0.0, "> 0: output logits -> cap * tanh(logits / cap) (Gemma 2), in training, "
                                      "evaluation and decoding; 0 = off (paper).", at_least=0, identity=True)
   z_loss: float = field(0.0, "Weight of the z-loss, weight * log(Z)^2 per target token, Z the softmax normaliser "
@@ -203,8 +213,9 @@ class TransformerConfig:
     return activations.get(self.activation)
 
   @property
-  def head_dim(self) -> int:
-    return self.d_model // self.num_heads
+  def head_width(self) -> int:
+    """The width of each attention head: `head_dim`, or d_model / num_heads when it is 0."""
+    return self.head_dim or self.d_model // self.num_heads
 
   @property
   def kv_heads(self) -> int:
@@ -214,7 +225,7 @@ class TransformerConfig:
   @property
   def dims(self) -> dict[str, int]:
     """The model dimensions a plug-in reads by name (`jformer.registry.Param` shapes, positional encodings)."""
-    return dict(d_model=self.d_model, heads=self.num_heads, kv_heads=self.kv_heads, head_dim=self.head_dim,
+    return dict(d_model=self.d_model, heads=self.num_heads, kv_heads=self.kv_heads, head_dim=self.head_width,
                 max_length=self.max_length)
 
   @functools.cached_property
@@ -303,7 +314,7 @@ class TransformerConfig:
     cross-attention of an `encoder_decoder` model takes two (the decoder's and the encoder's) and the model's
     variant. What `kernel_refusal` puts to the variants' `limits`."""
     length = self.max_length
-    shape = lambda heads: jax.ShapeDtypeStruct((1, length, heads, self.head_dim), dtype)
+    shape = lambda heads: jax.ShapeDtypeStruct((1, length, heads, self.head_width), dtype)
     arrays = (shape(self.num_heads), shape(self.kv_heads), shape(self.kv_heads))
     segments = lambda: jax.ShapeDtypeStruct((1, length), jnp.int32)  # a new array per call.
     common = dict(logits_softcap=self.attention_logit_softcap, dropout_rate=self.attention_dropout_rate)
@@ -408,8 +419,8 @@ class TransformerConfig:
     groups = {name: f"model.{name}" for name in ("attention_options", "positional_options")}
     groups.update(option_groups or {})
     problems = []
-    if self.d_model % self.num_heads:
-      problems.append(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
+    if self.d_model % self.num_heads and not self.head_dim:
+      problems.append(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads} (or set model.head_dim)")
     if self.num_kv_heads and self.num_heads % self.num_kv_heads:
       problems.append(f"num_kv_heads={self.num_kv_heads} does not divide num_heads={self.num_heads} (each key/value "
                       "head serves num_heads/num_kv_heads query heads; 1 = multi-query, 0 = num_heads)")
@@ -419,6 +430,9 @@ class TransformerConfig:
     if not self.final_norm and self.norm != "pre":
       problems.append("final_norm=False drops the final norm of a pre-norm stack; with norm='post' the last "
                       "sublayer's norm ends the stack (set model.norm='pre', or leave final_norm=True)")
+    if self.post_norm and self.norm != "pre":
+      problems.append("post_norm=True normalizes a pre-norm block's sublayer outputs; with norm='post' the sum is "
+                      "normalized already (set model.norm='pre', or leave post_norm=False)")
     if not self.predicts_padding and self.final_logit_softcap > 0:
       problems.append("predicts_padding=False masks the padding logit before final_logit_softcap would cap it back "
                       "to -cap: set one of them to its default")

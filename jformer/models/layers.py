@@ -196,7 +196,9 @@ class MultiHeadAttention(nn.Module):
   query and key head over head_dim (`query_norm`, `key_norm`: the `model.normalization` norm, one scale of
   head_dim shared by the heads; Dehghani et al. 2023) after the projection and before rotary positions, so the
   cache holds normalized keys; `model.attention_logit_softcap` reaches the variant as `logits_softcap` (a variant
-  that does not declare "softcap" is refused when the config is checked).
+  that does not declare "softcap" is refused when the config is checked); `model.head_dim` sets K apart from
+  d_model / H; `model.attention_scale_dim` = s multiplies the queries by sqrt(K / s) after rotary positions, so a
+  variant's logits q.k / sqrt(K) are q.k / sqrt(s) (Gemma 2's query_pre_attn_scalar; Gemma Team 2024).
 
   Attention transfer: given a `teacher` (the model's config, whose attention this layer's kind replaces) and the
   'transfer' collection mutable, the layer also runs the teacher's attention on the same queries, keys and values,
@@ -224,7 +226,8 @@ class MultiHeadAttention(nn.Module):
                q_positions=None, kv_positions=None, deterministic: bool = True, decode: bool = False):
     cfg = self.config
     heads = lambda n, axis, name, use_bias=cfg.use_bias or cfg.qkv_bias: Dense(
-        (cfg.d_model,), (n, cfg.head_dim), (axes.EMBED, axis, axes.HEAD_DIM), cfg.compute_dtype, use_bias, name=name)
+        (cfg.d_model,), (n, cfg.head_width), (axes.EMBED, axis, axes.HEAD_DIM), cfg.compute_dtype, use_bias,
+        name=name)
     query = heads(cfg.num_heads, axes.HEADS, "query")
     # A key bias only with model.qkv_bias: q.(k + b) shifts every logit of a query equally, which softmax ignores
     # (its gradient is 0), unless rotary positions rotate b with the key.
@@ -263,6 +266,9 @@ class MultiHeadAttention(nn.Module):
     if self.rotary:
       rotate = functools.partial(cfg.positional_encoding.fn, **positional_arguments(self, cfg))
       query_BxTxHxK, key_BxSxGxK = rotate(query_BxTxHxK, q_positions), rotate(key_BxSxGxK, kv_positions)
+    if cfg.attention_scale_dim:  # the variants' q.k / sqrt(K) becomes q.k / sqrt(attention_scale_dim).
+      query_BxTxHxK = query_BxTxHxK * jnp.asarray((cfg.head_width / cfg.attention_scale_dim) ** 0.5,
+                                                  query_BxTxHxK.dtype)
     variant, options = cfg.attention_variant, dict(cfg.attention_options)
     state = variant.decode_state if decode and inputs_kv_BxSxD is None else None
     if state is not None and state.kind == "recurrent":  # the variant's own state replaces keys and values.
@@ -295,7 +301,7 @@ class MultiHeadAttention(nn.Module):
       if self.is_mutable_collection("intermediates") and not self.is_initializing() and variant.weights:
         self.sow("intermediates", "attention_weights",
                  variant.weights(query_BxTxHxK, key_BxSxGxK, **masking, **options))
-    out = Dense((cfg.num_heads, cfg.head_dim), (cfg.d_model,), (axes.HEADS, axes.HEAD_DIM, axes.EMBED),
+    out = Dense((cfg.num_heads, cfg.head_width), (cfg.d_model,), (axes.HEADS, axes.HEAD_DIM, axes.EMBED),
                 cfg.compute_dtype, cfg.use_bias, name="out")
     if self.teacher is not None and self.is_mutable_collection(TRANSFER) and not self.is_initializing():
       own = {name: value for name, value in masking.items() if name not in ("params", "captures")}  # the student's.
@@ -428,12 +434,17 @@ class Dropout(nn.Module):
     return dropout_op.dropout(x, self.rate, self.make_rng("dropout"))
 
 
-def residual(x_BxLxD, sublayer, *, norm: nn.Module, dropout: nn.Module, pre_norm: bool, deterministic: bool):
-  """Post-LN: LayerNorm(x + Dropout(Sublayer(x))) (paper Sec. 3.1, 5.4); pre-LN: x + Dropout(Sublayer(LN(x))).
+def residual(x_BxLxD, sublayer, *, norm: nn.Module, dropout: nn.Module, pre_norm: bool, deterministic: bool,
+             post_norm: nn.Module | None = None):
+  """Post-LN: LayerNorm(x + Dropout(Sublayer(x))) (paper Sec. 3.1, 5.4); pre-LN: x + Dropout(Sublayer(LN(x)));
+  pre-LN with a `post_norm` (`model.post_norm`; Gemma Team 2024, Gemma 2): x + Dropout(LN_post(Sublayer(LN(x)))).
 
   The result has x's dtype (the model's compute dtype: the embeddings'): the residual stream stays in it from
   layer to layer (a scanned stack needs that of its carry), the norm computing its statistics in float32 inside
   the one fused op."""
   if pre_norm:
-    return x_BxLxD + dropout(sublayer(norm(x_BxLxD)), deterministic=deterministic)
+    y_BxLxD = sublayer(norm(x_BxLxD))
+    if post_norm is not None:
+      y_BxLxD = post_norm(y_BxLxD).astype(x_BxLxD.dtype)
+    return x_BxLxD + dropout(y_BxLxD, deterministic=deterministic)
   return norm(x_BxLxD + dropout(sublayer(x_BxLxD), deterministic=deterministic)).astype(x_BxLxD.dtype)

@@ -18,6 +18,8 @@ import inspect
 from typing import Callable
 
 import flax.linen as nn
+import jax
+import jax.numpy as jnp
 
 from jformer import axes
 from jformer.registry import Registry, caller
@@ -73,3 +75,22 @@ def rmsnorm(*, use_bias: bool = True, name: str | None = None, epsilon: float = 
   """RMSNorm (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + epsilon) * scale; no centring, no bias."""
   del use_bias  # it has none.
   return nn.RMSNorm(epsilon=epsilon, scale_init=_replicated(nn.initializers.ones), name=name)
+
+
+class RMSNormPlusOne(nn.Module):
+  """x / sqrt(mean(x^2) + epsilon) * (1 + scale) over the last axis, in float32; `scale` `[F]` starts at 0."""
+  epsilon: float = EPSILON
+
+  @nn.compact
+  def __call__(self, x: jax.Array) -> jax.Array:
+    """`[..., F]` -> float32 `[..., F]`."""
+    scale = self.param("scale", _replicated(nn.initializers.zeros), (x.shape[-1],), jnp.float32)
+    x = x.astype(jnp.float32)
+    return x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + self.epsilon) * (1.0 + scale)
+
+
+@register("rmsnorm_plus_one")
+def rmsnorm_plus_one(*, use_bias: bool = True, name: str | None = None, epsilon: float = EPSILON) -> nn.Module:
+  """RMSNorm whose weight is 1 + scale, scale starting at 0 (Gemma Team 2024, Gemma 2: its checkpoints hold scale)."""
+  del use_bias  # it has none.
+  return RMSNormPlusOne(epsilon=epsilon, name=name)

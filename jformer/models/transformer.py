@@ -39,11 +39,12 @@ def segments_or_padding(tokens_BxL: jax.Array, segmentation_BxL: jax.Array | Non
 
 class TransformerLayer(nn.Module):
   """Self-attention, encoder-decoder attention (only when `encoded` is given), feed-forward; each sublayer
-  wrapped in residual + dropout + norm (paper Fig. 1: LayerNorm; `model.normalization`). `causal` masks future
-  positions (decoder). `kind_config` (the config of its `model.layer_pattern` kind, `TransformerConfig.layer_config`;
-  None: the model's) picks the self-attention's variant and positional encoding; cross-attention keeps the model's.
-  `position_bias` (the stack's shared `AttentionBias` of this layer's encoding, or None) biases self-attention
-  only; `mesh`: the `jformer.axes.Placement` the attention kernels run per device on (None: one device)."""
+  wrapped in residual + dropout + norm (paper Fig. 1: LayerNorm; `model.normalization`; `model.post_norm`: a second
+  norm of each sublayer's output, `<sublayer>_post_norm`). `causal` masks future positions (decoder). `kind_config`
+  (the config of its `model.layer_pattern` kind, `TransformerConfig.layer_config`; None: the model's) picks the
+  self-attention's variant and positional encoding; cross-attention keeps the model's. `position_bias` (the stack's
+  shared `AttentionBias` of this layer's encoding, or None) biases self-attention only; `mesh`: the
+  `jformer.axes.Placement` the attention kernels run per device on (None: one device)."""
   config: TransformerConfig
   causal: bool
   position_bias: nn.Module | None = None
@@ -62,6 +63,7 @@ class TransformerLayer(nn.Module):
     """The layer itself (the module's one compact method: `__call__` and `LayerStep` call it)."""
     cfg = self.config
     sub = dict(dropout=Dropout(cfg.dropout_rate), pre_norm=cfg.norm == "pre", deterministic=deterministic)
+    post = lambda sublayer: norm(cfg, f"{sublayer}_post_norm") if cfg.post_norm else None
     own = self.kind_config or cfg
     replaced = (own.attention, own.attention_options) != (cfg.attention, cfg.attention_options)
     self_attend = MultiHeadAttention(own, causal=self.causal, rotary=own.positional_encoding.acts == "rotary",
@@ -71,7 +73,7 @@ class TransformerLayer(nn.Module):
         x_BxLxD, lambda h: self_attend(h, q_segment_ids=segment_ids_BxL, kv_segment_ids=segment_ids_BxL,
                                        q_positions=positions_BxL, kv_positions=positions_BxL,
                                        deterministic=deterministic, decode=decode),
-        norm=norm(cfg, "self_attention_norm"), **sub)
+        norm=norm(cfg, "self_attention_norm"), post_norm=post("self_attention"), **sub)
     if encoded_BxSxD is not None:
       cross_attend = MultiHeadAttention(cfg, mesh=self.mesh, name="cross_attention")
       query_segments = segment_ids_BxL
@@ -81,10 +83,10 @@ class TransformerLayer(nn.Module):
           x_BxLxD, lambda h: cross_attend(h, encoded_BxSxD, q_segment_ids=query_segments,
                                           kv_segment_ids=encoder_segment_ids_BxS, deterministic=deterministic,
                                           decode=decode),
-          norm=norm(cfg, "cross_attention_norm"), **sub)
+          norm=norm(cfg, "cross_attention_norm"), post_norm=post("cross_attention"), **sub)
     feed_forward = FeedForward(cfg, name="feed_forward")
     return residual(x_BxLxD, feed_forward,
-                    norm=norm(cfg, "feed_forward_norm"), **sub)
+                    norm=norm(cfg, "feed_forward_norm"), post_norm=post("feed_forward"), **sub)
 
 
 class EncoderLayer(TransformerLayer):

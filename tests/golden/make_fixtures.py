@@ -47,6 +47,12 @@ FAMILIES = {
                                                             rope_theta=10000.0, tie_word_embeddings=True)),
     "qwen2": ("Qwen2ForCausalLM", "Qwen2Config", dict(SMALL, num_key_value_heads=2, rope_theta=1e6,
                                                       bos_token_id=None, tie_word_embeddings=True)),
+    # Gemma 2: a head_dim apart from hidden_size / heads, a logit scale apart from it, local:global:local layers with a
+    # window shorter than the rows, soft-caps low enough to act on logits of order 1.
+    "gemma2": ("Gemma2ForCausalLM", "Gemma2Config", dict(SMALL, num_hidden_layers=3, num_key_value_heads=2,
+                                                         head_dim=16, query_pre_attn_scalar=24, sliding_window=4,
+                                                         attn_logit_softcapping=5.0, final_logit_softcapping=4.0,
+                                                         rope_theta=10000.0, pad_token_id=0)),
     "gpt2": ("GPT2LMHeadModel", "GPT2Config", dict(vocab_size=VOCAB, n_embd=32, n_inner=64, n_layer=2, n_head=4,
                                                    n_positions=64, bos_token_id=2, eos_token_id=2)),
 }
@@ -100,19 +106,24 @@ def tokenizer_json() -> str:
   return tokenizer.to_str()
 
 
+# Families whose norms scale by 1 + weight (Gemma 2's RMSNorm): their weights are drawn around 0.
+OFFSET_NORMS = ("gemma2",)
+
+
 def randomize(model, seed: int) -> None:
-  """Every weight drawn again: matrices N(0, 1/fan_in), embeddings N(0, 1/d_model), norm scales 1 + N(0, 0.2^2),
-  biases N(0, 0.2^2)."""
+  """Every weight drawn again: matrices N(0, 1/fan_in), embeddings N(0, 1/d_model), norm scales 1 + N(0, 0.2^2)
+  (the weight N(0, 0.2^2) where the norm adds the 1: `OFFSET_NORMS`), biases N(0, 0.2^2)."""
   import torch
 
   generator = torch.Generator().manual_seed(seed)
+  offset = 0.0 if model.config.model_type in OFFSET_NORMS else 1.0
   with torch.no_grad():
     for name, param in sorted(model.named_parameters()):
       noise = torch.randn(param.shape, generator=generator)
       if name.endswith("bias"):
         param.copy_(0.2 * noise)
       elif param.ndim == 1:
-        param.copy_(1.0 + 0.2 * noise)
+        param.copy_(offset + 0.2 * noise)
       elif "embed" in name or "wte" in name or "wpe" in name or "shared" in name:
         param.copy_(noise / param.shape[-1] ** 0.5)
       else:
