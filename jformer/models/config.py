@@ -98,6 +98,9 @@ class TransformerConfig:
   d_model: int = field(512, "Width of embeddings and residual stream (paper: d_model).", at_least=1, identity=True)
   num_heads: int = field(8, "Attention heads (paper: h); d_k = d_v = d_model / num_heads.", at_least=1,
                          identity=True)
+  head_dim: int = field(0, "Width of each query, key and value head; 0 = d_model / num_heads (paper: d_k = d_v). "
+                        "Set, the heads may be wider or narrower than d_model / num_heads (Qwen3, Gemma).",
+                        at_least=0, identity=True)
   num_kv_heads: int = field(0, "Key/value heads (grouped-query attention; 1 = multi-query); 0 = num_heads (paper).",
                             at_least=0, identity=True)
   d_ff: int = field(2048, "Inner width of the feed-forward sublayer (paper: d_ff).", at_least=1, identity=True)
@@ -203,8 +206,9 @@ class TransformerConfig:
     return activations.get(self.activation)
 
   @property
-  def head_dim(self) -> int:
-    return self.d_model // self.num_heads
+  def resolved_head_dim(self) -> int:
+    """Each head's width: `head_dim`, or d_model / num_heads when it is 0."""
+    return self.head_dim or self.d_model // self.num_heads
 
   @property
   def kv_heads(self) -> int:
@@ -214,7 +218,7 @@ class TransformerConfig:
   @property
   def dims(self) -> dict[str, int]:
     """The model dimensions a plug-in reads by name (`jformer.registry.Param` shapes, positional encodings)."""
-    return dict(d_model=self.d_model, heads=self.num_heads, kv_heads=self.kv_heads, head_dim=self.head_dim,
+    return dict(d_model=self.d_model, heads=self.num_heads, kv_heads=self.kv_heads, head_dim=self.resolved_head_dim,
                 max_length=self.max_length)
 
   @functools.cached_property
@@ -303,7 +307,7 @@ class TransformerConfig:
     cross-attention of an `encoder_decoder` model takes two (the decoder's and the encoder's) and the model's
     variant. What `kernel_refusal` puts to the variants' `limits`."""
     length = self.max_length
-    shape = lambda heads: jax.ShapeDtypeStruct((1, length, heads, self.head_dim), dtype)
+    shape = lambda heads: jax.ShapeDtypeStruct((1, length, heads, self.resolved_head_dim), dtype)
     arrays = (shape(self.num_heads), shape(self.kv_heads), shape(self.kv_heads))
     segments = lambda: jax.ShapeDtypeStruct((1, length), jnp.int32)  # a new array per call.
     common = dict(logits_softcap=self.attention_logit_softcap, dropout_rate=self.attention_dropout_rate)
@@ -408,8 +412,9 @@ class TransformerConfig:
     groups = {name: f"model.{name}" for name in ("attention_options", "positional_options")}
     groups.update(option_groups or {})
     problems = []
-    if self.d_model % self.num_heads:
-      problems.append(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}")
+    if self.d_model % self.num_heads and not self.head_dim:
+      problems.append(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; set model.head_dim "
+                      "for heads of another width")
     if self.num_kv_heads and self.num_heads % self.num_kv_heads:
       problems.append(f"num_kv_heads={self.num_kv_heads} does not divide num_heads={self.num_heads} (each key/value "
                       "head serves num_heads/num_kv_heads query heads; 1 = multi-query, 0 = num_heads)")

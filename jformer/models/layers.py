@@ -224,7 +224,7 @@ class MultiHeadAttention(nn.Module):
                q_positions=None, kv_positions=None, deterministic: bool = True, decode: bool = False):
     cfg = self.config
     heads = lambda n, axis, name, use_bias=cfg.use_bias or cfg.qkv_bias: Dense(
-        (cfg.d_model,), (n, cfg.head_dim), (axes.EMBED, axis, axes.HEAD_DIM), cfg.compute_dtype, use_bias, name=name)
+        (cfg.d_model,), (n, cfg.resolved_head_dim), (axes.EMBED, axis, axes.HEAD_DIM), cfg.compute_dtype, use_bias, name=name)
     query = heads(cfg.num_heads, axes.HEADS, "query")
     # A key bias only with model.qkv_bias: q.(k + b) shifts every logit of a query equally, which softmax ignores
     # (its gradient is 0), unless rotary positions rotate b with the key.
@@ -295,7 +295,7 @@ class MultiHeadAttention(nn.Module):
       if self.is_mutable_collection("intermediates") and not self.is_initializing() and variant.weights:
         self.sow("intermediates", "attention_weights",
                  variant.weights(query_BxTxHxK, key_BxSxGxK, **masking, **options))
-    out = Dense((cfg.num_heads, cfg.head_dim), (cfg.d_model,), (axes.HEADS, axes.HEAD_DIM, axes.EMBED),
+    out = Dense((cfg.num_heads, cfg.resolved_head_dim), (cfg.d_model,), (axes.HEADS, axes.HEAD_DIM, axes.EMBED),
                 cfg.compute_dtype, cfg.use_bias, name="out")
     if self.teacher is not None and self.is_mutable_collection(TRANSFER) and not self.is_initializing():
       own = {name: value for name, value in masking.items() if name not in ("params", "captures")}  # the student's.
