@@ -224,7 +224,8 @@ class MultiHeadAttention(nn.Module):
                q_positions=None, kv_positions=None, deterministic: bool = True, decode: bool = False):
     cfg = self.config
     heads = lambda n, axis, name, use_bias=cfg.use_bias or cfg.qkv_bias: Dense(
-        (cfg.d_model,), (n, cfg.resolved_head_dim), (axes.EMBED, axis, axes.HEAD_DIM), cfg.compute_dtype, use_bias, name=name)
+        (cfg.d_model,), (n, cfg.resolved_head_dim), (axes.EMBED, axis, axes.HEAD_DIM), cfg.compute_dtype, use_bias,
+        name=name)
     query = heads(cfg.num_heads, axes.HEADS, "query")
     # A key bias only with model.qkv_bias: q.(k + b) shifts every logit of a query equally, which softmax ignores
     # (its gradient is 0), unless rotary positions rotate b with the key.

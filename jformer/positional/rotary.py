@@ -69,7 +69,8 @@ def rotary(x_BxLxHxK: jax.Array, positions_BxL: jax.Array, *, dims, params, base
            scaling: str = "none", factor: float = 1.0, original_max_length: int = 0, low_freq_factor: float = 1.0,
            high_freq_factor: float = 4.0, beta_fast: float = 32.0, beta_slow: float = 1.0, truncate: bool = True,
            attention_factor: float = 0.0) -> jax.Array:
-  """RoPE (Su et al. 2021, eq. 34): rotates query and key feature pairs by pos * base^(-2i/K), optionally scaled."""
+  """RoPE (Su et al. 2021, eq. 34): rotates query/key feature pairs by pos * base^(-2i/K), or scaled (linear, dynamic,
+  llama3, yarn)."""
   del params
   inv_freq, scale = frequencies(
       x_BxLxHxK.shape[-1], jnp.max(positions_BxL) + 1, max_length=dims["max_length"], base=base, scaling=scaling,

@@ -19,6 +19,8 @@ BPE tokenizer.json (Marian: SentencePiece models of each side, source.spm and ta
     sources and the first N tokens of their greedy translations;
   texts, text_ids, target_text_ids (Marian only): sentences, and transformers' `MarianTokenizer` ids of them on the
     source side and the target side.
+`<out>/../rope_frequencies.json` (`--only rope`) holds transformers' `ROPE_INIT_FUNCTIONS` outputs (inverse
+frequencies, attention factor) for the rope scalings of `ROPE_CASES` (tests/test_positional_rotary_scaling.py).
 The weights are drawn at scales that give logits of order 1 (transformers' initializer would give near-uniform
 distributions, which match whatever the conversion does), norm scales and biases away from 1 and 0.
 
