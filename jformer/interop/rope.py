@@ -15,13 +15,14 @@ from jformer.interop.family import refuse
 SCALINGS = {"default": "none", "linear": "linear", "dynamic": "dynamic", "llama3": "llama3", "yarn": "yarn"}
 
 
-def rope_parameters(hf: dict) -> dict:
-  """The config's rotary keys in one dict: `rope_parameters` over `rope_scaling` over a top-level `rope_theta`."""
+def _rope_keys(hf: dict) -> dict:
+  """The config's rotary keys in one dict: `rope_parameters` over `rope_scaling` over the top-level `rope_theta` and
+  `partial_rotary_factor` (as transformers' `standardize_rope_params`)."""
   legacy = dict(hf.get("rope_scaling") or {})
   if "type" in legacy:
     legacy.setdefault("rope_type", legacy.pop("type"))
-  theta = {"rope_theta": hf["rope_theta"]} if "rope_theta" in hf else {}
-  return {"rope_type": "default", **theta, **legacy, **(hf.get("rope_parameters") or {})}
+  top = {key: hf[key] for key in ("rope_theta", "partial_rotary_factor") if hf.get(key) is not None}
+  return {"rope_type": "default", **top, **legacy, **(hf.get("rope_parameters") or {})}
 
 
 def _needed(rope: dict, key: str, name: str) -> float:
@@ -33,7 +34,7 @@ def _needed(rope: dict, key: str, name: str) -> float:
 def rotary_options(hf: dict, name: str) -> dict:
   """`model.positional_options` of the `rotary` encoding that computes what transformers' `ROPE_INIT_FUNCTIONS`
   compute for this config (theta 10000 unless given)."""
-  rope = rope_parameters(hf)
+  rope = _rope_keys(hf)
   kind = rope["rope_type"]
   if kind not in SCALINGS:
     refuse(name, f"rope_type '{kind}' is not a jformer rotary scaling (it has {sorted(SCALINGS)})")
