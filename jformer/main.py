@@ -263,9 +263,9 @@ def _import_hf_arguments(parser):
   parser.add_argument("--workdir", required=True, help="the new run's folder")
 
 
-@command("import-hf", "write a run's workdir from a Hugging Face checkpoint (Llama, Mistral, Qwen2, GPT-2, Marian): "
-         "generate or translate, evaluate and train (fine-tune) work on it; --config.KEY=VALUE sets its data and "
-         "training keys")
+@command("import-hf", "write a run's workdir from a Hugging Face checkpoint (Llama, Mistral, Qwen2, Qwen3, GPT-2, "
+         "Marian): generate or translate, evaluate and train (fine-tune) work on it; --config.KEY=VALUE sets its "
+         "data and training keys")
 def import_hf(args, overrides):
   from jformer import interop
 

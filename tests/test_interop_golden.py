@@ -230,8 +230,8 @@ def test_marian_tokenizer_with_separate_vocabularies_is_refused(tmp_path):
     ({"layer_types": ["sliding_attention", "full_attention"]},
      "gemma2 config: layer_types names 2 layers, num_hidden_layers=3"),
     ({"sliding_window": None}, "gemma2 config: sliding_window=None with sliding layers"),
-    ({"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}},
-     "gemma2 config: rotary scaling 'linear' is not a jformer positional encoding"),
+    ({"rope_parameters": {"rope_type": "longrope", "factor": 2.0, "rope_theta": 10000.0}},
+     "gemma2 config: rope_type 'longrope' is not a jformer rotary scaling"),
 ])
 def test_gemma2_refuses_what_jformer_cannot_hold(change, message):
   """A Gemma 2 config jformer's block cannot compute is refused in one line naming the field."""

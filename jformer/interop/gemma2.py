@@ -2,8 +2,8 @@
 decoder-only model whose layers alternate local sliding-window attention and global attention (`layer_types`;
 by default layer i is local when i is even), each sublayer between a pre-norm and a post-norm (`model.post_norm`),
 RMSNorms whose weight is 1 + w (`rmsnorm_plus_one`, so a checkpoint's w is imported as it is), GeGLU with GELU's tanh
-approximation, rotary positions (half-split pairs) with base `rope_theta` over `head_dim` features, grouped-query
-attention with a head_dim of its own (`model.head_dim`; heads x head_dim need not be hidden_size), logits scaled by
+approximation, rotary positions (half-split pairs; base and scaling by `rope.rotary_options`) over `head_dim`
+features, grouped-query attention with a head_dim of its own (`model.head_dim`; heads x head_dim need not be hidden_size), logits scaled by
 query_pre_attn_scalar^-1/2 (`model.attention_scale_dim`), attention and final logits soft-capped
 (c tanh(x / c)), token embeddings times sqrt(hidden_size), tied output embedding, no biases. A sliding layer's query
 sees the last `sliding_window` keys, itself included (jformer's `local`)."""
@@ -11,7 +11,7 @@ sees the last `sliding_window` keys, itself included (jformer's `local`)."""
 from __future__ import annotations
 
 from jformer.data.pretrained_vocab import VocabularyMap
-from jformer.interop import llama, tables
+from jformer.interop import llama, rope, tables
 from jformer.interop.family import Family, refuse, register
 from jformer.interop.tables import LINEAR, Row
 
@@ -75,7 +75,7 @@ def model_fields(hf: dict) -> dict:
           "d_ff": hf["intermediate_size"], "num_encoder_layers": 0, "num_decoder_layers": hf["num_hidden_layers"],
           "norm": "pre", "post_norm": True, "normalization": "rmsnorm_plus_one",
           "norm_epsilon": float(hf.get("rms_norm_eps", 1e-6)), "final_norm": True, "activation": "geglu",
-          "positional": "rotary", "positional_options": {"base": llama._rope_theta(hf, "gemma2")}, "use_bias": False,
+          "positional": "rotary", "positional_options": rope.rotary_options(hf, "gemma2"), "use_bias": False,
           "qkv_bias": False, **_attention(hf), "attention_scale_dim": float(hf.get("query_pre_attn_scalar", 256)),
           "attention_logit_softcap": float(hf.get("attn_logit_softcapping", 50.0) or 0.0),
           "final_logit_softcap": float(hf.get("final_logit_softcapping", 30.0) or 0.0), "scale_embeddings": True,

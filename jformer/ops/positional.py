@@ -3,6 +3,10 @@ on the model: jformer/positional/).
 
 - `sinusoidal`: the paper's fixed table (Sec. 3.5), sin and cos interleaved or in halves.
 - `apply_rotary`: rotary position embedding (RoPE, Su et al. 2021) applied to queries/keys.
+- `rotary_inv_freq`, `linear_inv_freq`, `llama3_inv_freq`, `yarn_inv_freq`, `yarn_attention_factor`,
+  `dynamic_ntk_inv_freq`: RoPE's inverse frequencies, plain or scaled for longer contexts as transformers'
+  `ROPE_INIT_FUNCTIONS` compute them (modeling_rope_utils.py: position interpolation, the Llama 3.1 report's
+  'llama3', YaRN, dynamic NTK-aware scaling).
 - `alibi_slopes`, `alibi_bias`: attention with linear biases (ALiBi, Press et al. 2022).
 - `relative_positions`, `relative_position_buckets`: key minus query positions and T5's bucketing of them
   (Raffel et al. 2020); a learned scalar per bucket and head forms T5's relative position bias.
@@ -47,8 +51,11 @@ def sinusoidal(length: int, dim: int, *, base: float = 10000.0, layout: str = "i
   return table_LxD.astype(np.float32)
 
 
-def apply_rotary(x_BxLxHxD: jax.Array, positions_BxL: jax.Array, *, base: float = 10000.0) -> jax.Array:
-  """Rotate feature pairs (x_i, x_{i+D/2}) by the angle pos * base^(-2i/D)  (RoPE, Su et al. eq. 34).
+def apply_rotary(x_BxLxHxD: jax.Array, positions_BxL: jax.Array, *, base: float = 10000.0,
+                 inv_freq: jax.Array | np.ndarray | None = None, scale: float = 1.0) -> jax.Array:
+  """Rotate feature pairs (x_i, x_{i+D/2}) by the angle pos * inv_freq_i, inv_freq_i = base^(-2i/D) unless given
+  (RoPE, Su et al. eq. 34), and multiply by `scale` (YaRN's attention factor, which transformers multiplies into
+  cos and sin).
 
   Uses the half-split pairing (as GPT-NeoX/LLaMA): a fixed permutation of RoFormer's interleaved pairs,
   with the same property q_m . k_n = f(q, k, m - n), i.e. the score depends only on relative position.
@@ -56,6 +63,8 @@ def apply_rotary(x_BxLxHxD: jax.Array, positions_BxL: jax.Array, *, base: float 
   Args:
     x_BxLxHxD: queries or keys, `[B, L, H, D]` with D even.
     positions_BxL: `[B, L]` integer positions (or `[L]`).
+    inv_freq: `[D/2]` inverse frequencies (a scaled rotary's: `rotary_inv_freq` and the functions below); None:
+      `rotary_inv_freq(D, base)`.
 
   Returns:
     `[B, L, H, D]`, same dtype as the input.
@@ -66,13 +75,88 @@ def apply_rotary(x_BxLxHxD: jax.Array, positions_BxL: jax.Array, *, base: float 
   positions_BxL = jnp.asarray(positions_BxL)
   if positions_BxL.ndim == 1:
     positions_BxL = positions_BxL[None, :]
-  inv_freq = base ** (-jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)
+  inv_freq = rotary_inv_freq(dim, base) if inv_freq is None else jnp.asarray(inv_freq, jnp.float32)
   angles_BxLxHalf = positions_BxL.astype(jnp.float32)[:, :, None] * inv_freq
-  sin = jnp.sin(angles_BxLxHalf)[:, :, None, :]
-  cos = jnp.cos(angles_BxLxHalf)[:, :, None, :]
+  sin = jnp.sin(angles_BxLxHalf)[:, :, None, :] * scale
+  cos = jnp.cos(angles_BxLxHalf)[:, :, None, :] * scale
   x1, x2 = jnp.split(x_BxLxHxD.astype(jnp.float32), 2, axis=-1)
   rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
   return rotated.astype(x_BxLxHxD.dtype)
+
+
+def rotary_inv_freq(dim: int, base: float | jax.Array) -> jax.Array:
+  """RoPE's inverse frequencies theta_i = base^(-2i/dim), i < dim/2 (Su et al. eq. 15; transformers'
+  `_compute_default_rope_parameters`): `[dim/2]` float32 (`base` may be traced: a learned or dynamic base)."""
+  return base ** (-jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)
+
+
+def _default_inv_freq(dim: int, base: float) -> np.ndarray:
+  """theta_i = base^(-2i/dim) `[dim/2]` in float64 numpy: the scalings below are constants under jit."""
+  return float(base) ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+
+
+def linear_inv_freq(dim: int, base: float, *, factor: float) -> np.ndarray:
+  """Position interpolation (Chen et al. 2023; transformers' `_compute_linear_scaling_rope_parameters`):
+  theta_i / factor, i.e. positions divided by `factor`. Returns `[dim/2]` float32."""
+  return (_default_inv_freq(dim, base) / factor).astype(np.float32)
+
+
+def llama3_inv_freq(dim: int, base: float, *, factor: float, low_freq_factor: float, high_freq_factor: float,
+                    original_max_length: int) -> np.ndarray:
+  """Llama 3.1's frequency scaling (the Llama 3 report, Sec. 3.4; transformers' `_compute_llama3_parameters`).
+
+  With wavelength w_i = 2 pi / theta_i and L the pretraining length (`original_max_length`): w_i < L /
+  high_freq_factor keeps theta_i; w_i > L / low_freq_factor divides it by `factor`; between, it is blended,
+  (1 - s) theta_i / factor + s theta_i with s = (L / w_i - low_freq_factor) / (high_freq_factor - low_freq_factor).
+  Returns `[dim/2]` float32.
+  """
+  inv_freq = _default_inv_freq(dim, base)
+  wavelength = 2 * np.pi / inv_freq
+  smooth = (original_max_length / wavelength - low_freq_factor) / (high_freq_factor - low_freq_factor)
+  blended = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+  scaled = np.where(wavelength > original_max_length / low_freq_factor, inv_freq / factor, blended)
+  return np.where(wavelength < original_max_length / high_freq_factor, inv_freq, scaled).astype(np.float32)
+
+
+def yarn_inv_freq(dim: int, base: float, *, factor: float, original_max_length: int, beta_fast: float = 32.0,
+                  beta_slow: float = 1.0, truncate: bool = True) -> np.ndarray:
+  """YaRN's "NTK-by-parts" frequencies (Peng et al. 2023, Sec. 3.2; transformers' `_compute_yarn_parameters`).
+
+  The dimension d(r) = dim ln(L / (2 pi r)) / (2 ln base) at which a frequency makes r rotations over the
+  pretraining length L (`original_max_length`) bounds a ramp: from low = d(beta_fast) to high = d(beta_slow)
+  (floored and ceiled when `truncate`, clipped to [0, dim - 1]), ramp_i = clip((i - low) / (high - low), 0, 1);
+  theta'_i = theta_i / factor * ramp_i + theta_i * (1 - ramp_i): fast dimensions keep their frequency, slow ones
+  are interpolated. Returns `[dim/2]` float32.
+  """
+  def correction_dim(rotations):
+    return dim * np.log(original_max_length / (rotations * 2 * np.pi)) / (2 * np.log(base))
+
+  low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+  if truncate:
+    low, high = np.floor(low), np.ceil(high)
+  low, high = max(low, 0), min(high, dim - 1)
+  ramp = np.clip((np.arange(dim // 2, dtype=np.float32) - low) / ((high + 0.001 if low == high else high) - low),
+                 0, 1)
+  inv_freq = _default_inv_freq(dim, base)
+  return (inv_freq / factor * ramp + inv_freq * (1 - ramp)).astype(np.float32)
+
+
+def yarn_attention_factor(factor: float) -> float:
+  """YaRN's scale of cos and sin, sqrt(1/t) = 0.1 ln(factor) + 1 (Peng et al. 2023, eq. 22; transformers'
+  `yarn_get_mscale`); 1 for factor <= 1. Both queries and keys carry it, so logits grow by its square."""
+  return 1.0 if factor <= 1 else 0.1 * float(np.log(factor)) + 1.0
+
+
+def dynamic_ntk_inv_freq(dim: int, base: float, *, factor: float, max_length: int,
+                         length: int | jax.Array) -> jax.Array:
+  """Dynamic NTK-aware scaling (bloc97 and emozilla 2023, the "NTK-aware" base change; transformers'
+  `_compute_dynamic_ntk_parameters`): for a sequence of `length` tokens (at least `max_length`, the pretraining
+  length), the base becomes base (factor length / max_length - (factor - 1))^(dim / (dim - 2)); up to `max_length`
+  tokens nothing changes. `length` may be traced (a call's longest position + 1). Returns `[dim/2]` float32.
+  """
+  length = jnp.maximum(jnp.asarray(length, jnp.float32), max_length)
+  scaled = base * (factor * length / max_length - (factor - 1)) ** (dim / (dim - 2))
+  return rotary_inv_freq(dim, scaled)
 
 
 def alibi_slopes(num_heads: int) -> np.ndarray:

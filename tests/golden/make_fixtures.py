@@ -19,6 +19,8 @@ BPE tokenizer.json (Marian: SentencePiece models of each side, source.spm and ta
     sources and the first N tokens of their greedy translations;
   texts, text_ids, target_text_ids (Marian only): sentences, and transformers' `MarianTokenizer` ids of them on the
     source side and the target side.
+`<out>/../rope_frequencies.json` (`--only rope`) holds transformers' `ROPE_INIT_FUNCTIONS` outputs (inverse
+frequencies, attention factor) for the rope scalings of `ROPE_CASES` (tests/test_positional_rotary_scaling.py).
 The weights are drawn at scales that give logits of order 1 (transformers' initializer would give near-uniform
 distributions, which match whatever the conversion does), norm scales and biases away from 1 and 0.
 
@@ -39,6 +41,8 @@ TEXT = ("The old lighthouse keeper climbed the stairs every evening. He lit the 
 SMALL = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              max_position_embeddings=64, bos_token_id=1, eos_token_id=2)
 
+LLAMA3_ROPE = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                   original_max_position_embeddings=16)
 # name -> (model class, config class, config values): one of each family, varied where the conversion has a choice.
 FAMILIES = {
     "llama": ("LlamaForCausalLM", "LlamaConfig", dict(SMALL, num_key_value_heads=2, rms_norm_eps=1e-5,
@@ -53,6 +57,14 @@ FAMILIES = {
                                                          head_dim=16, query_pre_attn_scalar=24, sliding_window=4,
                                                          attn_logit_softcapping=5.0, final_logit_softcapping=4.0,
                                                          rope_theta=10000.0, pad_token_id=0)),
+    # Llama 3.x's rope scaling, its wavelengths against a short original length so that every frequency changes.
+    "llama3": ("LlamaForCausalLM", "LlamaConfig", dict(SMALL, num_key_value_heads=2, tie_word_embeddings=True,
+                                                       rope_parameters=dict(LLAMA3_ROPE, rope_theta=10000.0))),
+    # Qwen3: QK-norm, a head_dim of 16 (not 32 / 4), and YaRN over a short original length.
+    "qwen3": ("Qwen3ForCausalLM", "Qwen3Config", dict(SMALL, num_key_value_heads=2, head_dim=16, bos_token_id=None,
+                                                      tie_word_embeddings=True, rope_parameters=dict(
+                                                          rope_type="yarn", rope_theta=10000.0, factor=4.0,
+                                                          original_max_position_embeddings=16))),
     "gpt2": ("GPT2LMHeadModel", "GPT2Config", dict(vocab_size=VOCAB, n_embd=32, n_inner=64, n_layer=2, n_head=4,
                                                    n_positions=64, bos_token_id=2, eos_token_id=2)),
 }
@@ -220,9 +232,53 @@ def greedy_translations(model, sources: np.ndarray, start: int, steps: int) -> n
   return torch.cat(out, 1).numpy()
 
 
+# transformers' rope_init_fn cases of `rope_frequencies.json`: (head_dim, max_position_embeddings, rope_parameters,
+# seq_len of a forward pass (the dynamic type's)). Llama 3.1's and Qwen3's published settings, gpt-oss-like YaRN
+# (truncate=False), an explicit attention factor, and the fixtures' own.
+ROPE_CASES = [
+    (64, 2048, dict(rope_type="linear", rope_theta=10000.0, factor=4.0), None),
+    (128, 131072, dict(rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                       original_max_position_embeddings=8192), None),
+    (64, 4096, dict(rope_type="llama3", rope_theta=10000.0, factor=32.0, low_freq_factor=2.0, high_freq_factor=8.0,
+                    original_max_position_embeddings=256), None),
+    (8, 64, dict(LLAMA3_ROPE, rope_theta=10000.0), None),
+    (128, 131072, dict(rope_type="yarn", rope_theta=1e6, factor=4.0, original_max_position_embeddings=32768), None),
+    (64, 131072, dict(rope_type="yarn", rope_theta=150000.0, factor=32.0, beta_fast=32.0, beta_slow=1.0,
+                      truncate=False, original_max_position_embeddings=4096), None),
+    (32, 8192, dict(rope_type="yarn", rope_theta=10000.0, factor=2.0, attention_factor=1.25, beta_fast=16.0,
+                    beta_slow=2.0, original_max_position_embeddings=2048), None),
+    (16, 64, dict(rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=16), None),
+] + [(64, 64, dict(rope_type="dynamic", rope_theta=10000.0, factor=2.0), n) for n in (1, 64, 65, 100, 1000)]
+
+
+def make_rope_frequencies(out: pathlib.Path) -> None:
+  """`<out>/../rope_frequencies.json`: per case of ROPE_CASES, its config.json fields and transformers'
+  `ROPE_INIT_FUNCTIONS[rope_type]` outputs: inv_freq `[head_dim / 2]` and attention_factor."""
+  import json
+
+  import torch
+  import transformers
+  from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+  cases = []
+  for head_dim, max_positions, rope, seq_len in ROPE_CASES:
+    fields = dict(hidden_size=2 * head_dim, num_attention_heads=2, head_dim=head_dim,
+                  max_position_embeddings=max_positions, rope_parameters=dict(rope))
+    config = transformers.LlamaConfig(**fields)
+    length = None if seq_len is None else torch.tensor(seq_len)  # as `dynamic_rope_update` passes it.
+    inv_freq, attention_factor = ROPE_INIT_FUNCTIONS[rope["rope_type"]](config, "cpu", seq_len=length)
+    cases.append(dict(config=fields, seq_len=seq_len, inv_freq=inv_freq.float().tolist(),
+                      attention_factor=float(attention_factor)))
+  path = out.parent / "rope_frequencies.json"
+  path.write_text(json.dumps({"transformers": transformers.__version__, "cases": cases}, indent=1) + "\n")
+  print(f"{path}: {path.stat().st_size / 1024:.0f} KB")
+
+
 def make(name: str, out: pathlib.Path, seed: int = 0) -> None:
   if name == "marian":
     return make_marian(out, seed)
+  if name == "rope":
+    return make_rope_frequencies(out)
   import torch
   import transformers
 
@@ -253,7 +309,7 @@ def make(name: str, out: pathlib.Path, seed: int = 0) -> None:
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--out", default="tests/golden/hf", help="the fixtures' folder")
-  parser.add_argument("--only", nargs="*", default=sorted([*FAMILIES, "marian"]), help="families to make")
+  parser.add_argument("--only", nargs="*", default=sorted([*FAMILIES, "marian", "rope"]), help="families to make")
   args = parser.parse_args(argv)
   for name in args.only:
     make(name, pathlib.Path(args.out))
