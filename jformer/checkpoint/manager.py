@@ -194,6 +194,12 @@ class Checkpointer:
     """The saved steps, ascending; the newest may still be being written asynchronously (see `wait`)."""
     return sorted(self._manager.all_steps())
 
+  def params_only(self, step: int) -> bool:
+    """Whether checkpoint `step` holds parameters alone (`{"params": ...}`, `workdir.save_run_params`: a model
+    `jformer import-hf` converted), not a training state `restore` can fill; read from its metadata."""
+    tree = self._manager.metadata(_as_step(step)).item_metadata[STATE_ITEM].tree
+    return isinstance(tree, Mapping) and set(tree) == {"params"}
+
   def restore(self, state_template: Any, data_iterator: DataIterator | None = None, step: int | None = None, *,
               params: Mapping[str, tuple] | None = None) -> Any:
     """Restores checkpoint `step` (default: the latest) into the structure of `state_template`.
