@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import jax
+import numpy as np
 from absl import logging
 from etils import epath
 
@@ -77,8 +79,8 @@ def save_run_params(workdir: epath.PathLike, params: Any) -> None:
   """Writes `params` (a pytree of arrays, kept in their dtypes) as step 0 of the run in `workdir`, without an optimizer
   state: what `jformer import-hf` writes. Decoding loads it like any step (`load_run_params`); `jformer train` sees
   it holds parameters alone (`Checkpointer.params_only`) and starts from them with a fresh optimizer state."""
-  with Checkpointer(checkpoints_dir(workdir)) as checkpointer:
-    checkpointer.save(0, {"params": params}, force=True)
+  with Checkpointer(checkpoints_dir(workdir), copy_arrays=False) as checkpointer:  # no second copy of a big model.
+    checkpointer.save(0, {"params": jax.tree.map(np.asarray, params)}, force=True)
 
 
 def load_run_params(workdir: epath.PathLike, which: str = "auto", *, model=None) -> Any:
