@@ -4,8 +4,8 @@ gigabytes converts within about its own size, one tensor or one shard at a time)
 A synthetic Llama-shaped checkpoint of about 2 GB (bfloat16; d_model 2048, 16 heads, 4 key/value heads, d_ff 5632,
 20 layers, vocabulary 32,000, untied output: 1.03 B parameters) is written in shards of 500 MB with their
 `model.safetensors.index.json`, random weights generated one tensor at a time (so the generator holds one shard at
-most), beside the llama fixture's tokenizer.json. Then, each in its own process (`os.wait4` gives that process's
-peak resident set, file pages it mapped included):
+most), beside the llama fixture's tokenizer.json. Then, each in its own process (`ru_maxrss` gives that process's
+peak resident set, file pages it mapped included; see `LAUNCHER`):
 
 - `jformer import-hf` of it (the parameters kept bfloat16);
 - `jformer export-hf` of the imported run, in shards of the same size;
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import shutil
 import subprocess
@@ -36,6 +35,11 @@ import common
 FIXTURE = common.REPO / "tests" / "golden" / "hf" / "llama"
 D_MODEL, HEADS, KV_HEADS, D_FF, VOCAB = 2048, 16, 4, 5632, 32000
 JFORMER = [sys.executable, "-c", "from jformer import main; main.main()"]
+# A child's ru_maxrss starts from its parent's resident set at the fork (Linux keeps it across exec), so each command
+# is started by this small launcher, whose own few megabytes are all a measured process inherits; it prints the
+# command's peak in bytes.
+LAUNCHER = [sys.executable, "-S", "-c", "import resource, subprocess, sys; status = subprocess.call(sys.argv[1:]); "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024); sys.exit(status)"]
 
 
 def llama_config(layers: int) -> dict:
@@ -91,14 +95,14 @@ def weights(folder: pathlib.Path) -> tuple[int, int]:
 
 
 def peak_rss(arguments: list[str]) -> tuple[int, float]:
-  """(peak resident bytes, seconds) of `jformer ARGUMENTS` run in a child process of its own."""
+  """(peak resident bytes, seconds) of `jformer ARGUMENTS` run in a process of its own (`LAUNCHER`)."""
   start = time.perf_counter()
-  process = subprocess.Popen(JFORMER + arguments, cwd=common.REPO)
-  _, status, usage = os.wait4(process.pid, 0)
-  process.returncode = os.waitstatus_to_exitcode(status)
-  if process.returncode:
-    raise SystemExit(f"jformer {' '.join(arguments)} failed (exit status {process.returncode})")
-  return usage.ru_maxrss * 1024, time.perf_counter() - start  # Linux reports kilobytes.
+  done = subprocess.run(LAUNCHER + JFORMER + arguments, cwd=common.REPO, stdout=subprocess.PIPE, text=True)
+  if done.returncode:
+    raise SystemExit(f"jformer {' '.join(arguments)} failed (exit status {done.returncode})")
+  *said, peak = done.stdout.splitlines()
+  print("\n".join(said), flush=True)
+  return int(peak), time.perf_counter() - start  # Linux reports kilobytes: the launcher multiplied.
 
 
 def measure(scratch: pathlib.Path, layers: int, max_shard_size: str) -> dict:

@@ -11,9 +11,9 @@
     jformer sweep-report --sweep=configs/sweeps/attention_variants.py
     jformer report-card --config.model.attention=linear [--config.imports=my_attention.py] [--remeasure]
     jformer list [attention|positional|normalization|activation|dataset|task] [--config.imports=my_attention.py]
-    jformer import-hf path/to/hf_model --workdir=runs/llama [--config.data.path=DIR ...]
+    jformer import-hf path/to/hf_model --workdir=runs/llama [--dtype=float32] [--config.data.path=DIR ...]
     jformer train --workdir=runs/llama   (fine-tunes an imported model: the workdir's config)
-    jformer export-hf --workdir=runs/llama path/to/out
+    jformer export-hf --workdir=runs/llama path/to/out [--max_shard_size=5GB] [--dtype=bfloat16]
     jformer visualize-attention --workdir=runs/demo --text "Save the file." [--out=runs/demo/attention]
 
 Config overrides are `--config.<dotted.key>=<value>` after the sub-command. Every sub-command takes `--verbose`

@@ -111,8 +111,7 @@ def convert(folder: epath.PathLike, dtype: str | None = None, *,
   tensors = safetensors_io.read_folder(folder, _dtype(dtype))
   flat = tables.to_jformer(family.rows(hf, vocabulary), tensors, family.num_layers(hf), ignored=family.ignored(hf),
                            shapes=shapes)
-  params = traverse_util.unflatten_dict({path: np.ascontiguousarray(x) for path, x in flat.items()}, sep="/")
-  return fields, params, vocabulary
+  return fields, traverse_util.unflatten_dict(flat, sep="/"), vocabulary
 
 
 def to_pretrained_tensors(hf: dict, params, dtype: str | None = None) -> Iterator[tuple[str, np.ndarray]]:

@@ -117,7 +117,7 @@ def to_jformer(rows: Sequence[Row], tensors: Mapping[str, np.ndarray], num_layer
       if shapes is not None and path in shapes and tuple(array.shape) != tuple(shapes[path]):
         raise ValueError(f"{mismatch} makes {path} {list(array.shape)}, where the model config.json describes has "
                          f"{list(shapes[path])}")
-      params[path] = array
+      params[path] = np.ascontiguousarray(array)  # now: a view's source (the tensor read) is freed at once.
   return params
 
 

@@ -1,6 +1,7 @@
 """`train.initialize_from`: a run that starts from another run's parameters (a trained one, or one `jformer
 import-hf` wrote), e.g. the softmax model a changed `model.layer_pattern` converts (attention surgery,
-`jformer.train.transfer`)."""
+`jformer.train.transfer`); and `with_params`, a fresh training state holding given parameters, which both that and
+the first start of an imported run (its step 0 holds parameters alone) begin from."""
 
 from __future__ import annotations
 
