@@ -1,5 +1,5 @@
-"""Checkpoints in shards, dtypes kept, parameters alone: a sharded copy of each committed fixture (tests/golden/hf, split
-by `safetensors_io.write_folder` at a tiny size) imports to the same parameters as the single file, bit for bit; an
+"""Checkpoints in shards, dtypes kept, parameters alone: a sharded copy of each committed fixture (tests/golden/hf,
+split by `safetensors_io.write_folder` at a tiny size) imports to the same parameters as the single file, bit for bit; an
 export writes shards of at most --max_shard_size with their index (or one model.safetensors when it fits) that import
 back bit for bit; a bfloat16 checkpoint stays bfloat16 in the run and in its export unless --dtype says; the import
 writes the parameters alone (no optimizer state), which decoding loads and `jformer train` starts from

@@ -115,7 +115,8 @@ class Checkpointer:
           cleanup_tmp_directories=True,
           enable_async_checkpointing=async_save,
       )
-    self._manager = ocp.CheckpointManager(self._directory, options=options, handler_registry=_handler_registry(copy_arrays))
+    self._manager = ocp.CheckpointManager(self._directory, options=options,
+                                          handler_registry=_handler_registry(copy_arrays))
     self._unsealed: list[int] = []  # steps this Checkpointer saved that have no manifest yet.
     self._when_saved: list[tuple[int, Callable[[], None]]] = []  # (step, write) of `when_saved`, in call order.
     self._write_failed = False  # a save raised CheckpointWriteError: close() then only releases resources.
