@@ -17,7 +17,8 @@ those files: a folder `transformers`' `from_pretrained` loads. It refuses a mode
 shape (a changed pattern of layer kinds, say), naming what differs.
 
 Both go one tensor at a time (`safetensors_io`): an import holds the converted parameters and the tensor being
-converted, an export the run's parameters and the shard being written, never a whole file's copy besides.
+converted, an export the run's parameters and the shard being written (though Orbax, restoring those parameters,
+holds about twice them while it reads: docs/results/interop_memory.md).
 """
 
 from __future__ import annotations

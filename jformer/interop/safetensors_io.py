@@ -184,7 +184,7 @@ def write_folder(folder: epath.PathLike, tensors: Iterable[tuple[str, np.ndarray
   folder, limit = epath.Path(folder), parse_size(max_shard_size)
   shards: list[list[str]] = []  # the tensor names of each shard written, under a temporary name until all are.
   current: dict[str, np.ndarray] = {}
-  total = 0
+  total = filled = 0  # bytes of all tensors, of the shard being filled.
 
   def flush():
     write(folder / f".shard-{len(shards)}", current, metadata)
@@ -193,9 +193,11 @@ def write_folder(folder: epath.PathLike, tensors: Iterable[tuple[str, np.ndarray
 
   for name, array in tensors:
     array = np.ascontiguousarray(array)
-    if current and sum(x.nbytes for x in current.values()) + array.nbytes > limit:
+    if current and filled + array.nbytes > limit:
       flush()
+      filled = 0
     current[name] = array
+    filled += array.nbytes
     total += array.nbytes
   flush()
   names = [SINGLE] if len(shards) == 1 else [f"model-{i:05d}-of-{len(shards):05d}.safetensors"
