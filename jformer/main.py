@@ -11,9 +11,9 @@
     jformer sweep-report --sweep=configs/sweeps/attention_variants.py
     jformer report-card --config.model.attention=linear [--config.imports=my_attention.py] [--remeasure]
     jformer list [attention|positional|normalization|activation|dataset|task] [--config.imports=my_attention.py]
-    jformer import-hf path/to/hf_model --workdir=runs/llama [--config.data.path=DIR ...]
+    jformer import-hf path/to/hf_model --workdir=runs/llama [--dtype=float32] [--config.data.path=DIR ...]
     jformer train --workdir=runs/llama   (fine-tunes an imported model: the workdir's config)
-    jformer export-hf --workdir=runs/llama path/to/out
+    jformer export-hf --workdir=runs/llama path/to/out [--max_shard_size=5GB] [--dtype=bfloat16]
     jformer visualize-attention --workdir=runs/demo --text "Save the file." [--out=runs/demo/attention]
 
 Config overrides are `--config.<dotted.key>=<value>` after the sub-command. Every sub-command takes `--verbose`
@@ -261,6 +261,11 @@ def _import_hf_arguments(parser):
   parser.add_argument("source", help="a folder in the Hugging Face layout (config.json, model.safetensors, "
                       "tokenizer.json, tokenizer.model or Marian's *.spm + vocab.json), or a Hub model id ORG/NAME when online")
   parser.add_argument("--workdir", required=True, help="the new run's folder")
+  _dtype_argument(parser, "the parameters' dtype in the run (default: the checkpoint's own, bfloat16 stays bfloat16)")
+
+
+def _dtype_argument(parser, help_text: str):
+  parser.add_argument("--dtype", default=None, help=f"float32, bfloat16 or float16: {help_text}")
 
 
 @command("import-hf", "write a run's workdir from a Hugging Face checkpoint (Llama, Mistral, Qwen2, Qwen3, GPT-2, "
@@ -270,7 +275,7 @@ def import_hf(args, overrides):
   from jformer import interop
 
   _quiet_logs()
-  config = interop.import_hf(args.source, args.workdir, overrides)
+  config = interop.import_hf(args.source, args.workdir, overrides, dtype=args.dtype)
   layers = "+".join(str(n) for n in (config.model.num_encoder_layers, config.model.num_decoder_layers) if n)
   print(f"imported {args.source} -> {args.workdir}: {layers} layers, d_model "
         f"{config.model.d_model}, vocabulary {config.model.vocab_size}")
@@ -281,8 +286,12 @@ import_hf.add_arguments = _import_hf_arguments
 
 def _export_hf_arguments(parser):
   parser.add_argument("--workdir", required=True, help="a run imported by import-hf (fine-tuned or not)")
-  parser.add_argument("out", help="the new folder to write (config.json, model.safetensors, tokenizer files)")
+  parser.add_argument("out", help="the new folder to write (config.json, model.safetensors or its shards, tokenizer "
+                      "files)")
   _checkpoint_argument(parser)
+  _dtype_argument(parser, "the tensors' dtype (default: the parameters' own: float32 once fine-tuned)")
+  parser.add_argument("--max_shard_size", default="5GB", help="the largest shard (transformers' units: 5GB is 5e9 "
+                      "bytes, 5GiB 5*2^30); a model that fits in one is written as model.safetensors")
 
 
 @command("export-hf", "write a run imported by import-hf back as a Hugging Face folder (from_pretrained loads it)")
@@ -292,7 +301,8 @@ def export_hf(args, overrides):
 
   _quiet_logs()
   config_lib.load_run(args.workdir, overrides)  # refuses overrides that do not fit the run, as on every command.
-  files = interop.export_hf(args.workdir, args.out, args.checkpoint)
+  files = interop.export_hf(args.workdir, args.out, args.checkpoint, dtype=args.dtype,
+                            max_shard_size=args.max_shard_size)
   print(f"exported {args.workdir} -> {args.out}: {', '.join(files)}")
 
 

@@ -548,11 +548,9 @@ def untrained_run(workdir, corpus, architecture: str):
   `architecture`: "transformer" or "lm"): config.json written as `jformer train` writes it, a SentencePiece
   vocabulary trained on the tiny corpus where the run keeps it, random parameters as the run's averaged checkpoint
   (what `--checkpoint=auto` reads first). Returns (model, params, tokenizer)."""
-  from jformer.train.loop import write_config
-
   config = config_lib.load(SMALL, {**tiny_overrides(corpus), "model.architecture": architecture})
   workdir.mkdir(parents=True)
-  write_config(config, workdir)
+  config_lib.write_run(config, workdir)
   texts = [line for name in ("train.src", "train.tgt") for line in (corpus / name).read_text().splitlines()]
   tokenizer = data.get_tokenizer(data.vocab_path(config, workdir), lambda: texts, vocab_size=config.model.vocab_size)
   model = tasks.build_model(config)

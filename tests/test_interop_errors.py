@@ -1,7 +1,9 @@
 """`jformer import-hf` on a broken or mistaken source: each is one line naming the file (and what in it) and the fix,
 and nothing is written. The broken folders are copies of the committed fixtures (tests/golden/hf) spoiled in a
 tmp_path: a missing folder, a truncated model.safetensors, a config.json that does not parse or lacks a field a
-family reads; and the import's own data.max_length fits a model with fewer positions."""
+family reads; for every family an architecture no table reads, a missing weight, a weight of another shape, a
+truncated file, and a sharded copy whose index names a shard that is not there or that is cut short; and the import's
+own data.max_length fits a model with fewer positions."""
 
 from __future__ import annotations
 
@@ -10,11 +12,23 @@ import pathlib
 import re
 import shutil
 
+import numpy as np
 import pytest
 
 from jformer import interop, main
+from jformer.interop import safetensors_io
+from jformer.interop.family import REGISTRY
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "hf"
+FAMILIES = ["gpt2", "llama", "marian", "mistral", "qwen2"]
+# Per family: a feed-forward weight (read as it is, or transposed) and a query weight (cut into heads), of layer 1.
+FEED_FORWARD = {"llama": "model.layers.1.mlp.up_proj.weight", "mistral": "model.layers.1.mlp.up_proj.weight",
+                "qwen2": "model.layers.1.mlp.up_proj.weight", "gpt2": "transformer.h.1.mlp.c_fc.weight",
+                "marian": "model.decoder.layers.1.fc1.weight"}
+QUERY = {"llama": "model.layers.1.self_attn.q_proj.weight", "mistral": "model.layers.1.self_attn.q_proj.weight",
+         "qwen2": "model.layers.1.self_attn.q_proj.weight", "gpt2": "transformer.h.1.attn.c_attn.weight",
+         "marian": "model.decoder.layers.1.self_attn.q_proj.weight"}
+MISMATCH = "the weights do not match config.json (download them again): the checkpoint's"
 NO_DOWNLOAD = ("give a folder holding a model's config.json and *.safetensors (or a Hub model id ORG/NAME, fetched "
                "when online: huggingface-cli download ORG/NAME --local-dir DIR fetches one ahead)")
 
@@ -55,8 +69,9 @@ def test_a_hub_id_that_cannot_be_fetched_is_one_line_naming_the_folder_and_the_f
       f"for some-org/some-model); {NO_DOWNLOAD}")
 
 
-def test_a_truncated_safetensors_file_names_the_tensor_and_its_bytes_against_the_file_size(tmp_path):
-  folder = spoilt(tmp_path, "llama")
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_truncated_safetensors_file_names_the_tensor_and_its_bytes_against_the_file_size(tmp_path, family):
+  folder = spoilt(tmp_path, family)
   weights = folder / "model.safetensors"
   size = weights.stat().st_size - 200  # a download cut short.
   weights.write_bytes(weights.read_bytes()[:size])
@@ -117,3 +132,75 @@ def test_the_command_says_it_in_one_line(tmp_path):
                              "property name enclosed in double quotes at line 2 column 1; fix it there, or download "
                              "it again")
   assert not (tmp_path / "run").exists()
+
+
+def rewrite_weights(folder: pathlib.Path, change) -> None:
+  """model.safetensors of `folder` written again with `change(tensors)` applied."""
+  tensors = safetensors_io.read(folder / "model.safetensors")
+  change(tensors)
+  safetensors_io.write(folder / "model.safetensors", tensors)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_an_architecture_no_table_reads_is_named(tmp_path, family):
+  folder = spoilt(tmp_path, family)
+  config = json.loads((folder / "config.json").read_text())
+  (folder / "config.json").write_text(json.dumps({**config, "architectures": ["FalconForCausalLM"]}))
+  assert refused(folder, tmp_path / "run") == (
+      f"config.json lists architectures ['FalconForCausalLM']; jformer imports {REGISTRY.available()}")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_missing_weight_is_named(tmp_path, family):
+  folder = spoilt(tmp_path, family)
+  rewrite_weights(folder, lambda tensors: tensors.pop(FEED_FORWARD[family]))
+  assert refused(folder, tmp_path / "run") == (
+      f"the checkpoint lacks ['{FEED_FORWARD[family]}'] (its family's table reads them); is it complete?")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_weight_of_another_shape_is_named_with_both_shapes(tmp_path, family):
+  """One more row: a weight read as it is or transposed gives a parameter of another shape than config.json's model;
+  one cut into heads cannot be cut (GPT-2's fused query, key and value can, into a query of another shape)."""
+  folder = spoilt(tmp_path, family)
+
+  def one_more_row(name):
+    return lambda tensors: tensors.update({name: np.concatenate([tensors[name], tensors[name][:1]])})
+
+  rewrite_weights(folder, one_more_row(FEED_FORWARD[family]))
+  parameter, made, want = {"gpt2": ("wi", [33, 64], [32, 64]), "marian": ("wi", [32, 65], [32, 64])}.get(
+      family, ("wi_1", [32, 65], [32, 64]))
+  rows = [33, 64] if family == "gpt2" else [65, 32]
+  assert refused(folder, tmp_path / "run") == (
+      f"{MISMATCH} {FEED_FORWARD[family]} {rows} makes decoder/layer_1/feed_forward/{parameter}/kernel {made}, where "
+      f"the model config.json describes has {want}")
+  folder = spoilt(tmp_path / "query", family)
+  rewrite_weights(folder, one_more_row(QUERY[family]))
+  said = refused(folder, tmp_path / "run")
+  if family == "gpt2":
+    assert said == (f"{MISMATCH} {QUERY[family]} [33, 96] makes decoder/layer_1/self_attention/query/kernel "
+                    "[33, 4, 8], where the model config.json describes has [32, 4, 8]")
+  else:
+    assert said == (f"{MISMATCH} {QUERY[family]} [33, 32] cannot become decoder/layer_1/self_attention/query/kernel "
+                    "(cannot reshape array of size 1056 into shape (32,4,8))")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_sharded_checkpoint_missing_a_shard_or_with_one_cut_short_is_named(tmp_path, family):
+  folder = spoilt(tmp_path, family)
+  weights = safetensors_io.read(folder / "model.safetensors")
+  (folder / "model.safetensors").unlink()
+  files = safetensors_io.write_folder(folder, weights.items(), "16KB")
+  shards, index = files[:-1], folder / safetensors_io.INDEX
+  assert len(shards) >= 3 and files[-1] == safetensors_io.INDEX
+  second = folder / shards[1]
+  data = second.read_bytes()
+  second.unlink()
+  assert refused(folder, tmp_path / "run") == (
+      f"{index} names shard {shards[1]}, which {folder} lacks (1 of {len(shards)} shards missing): the download is "
+      "incomplete; download the model again")
+  second.write_bytes(data[:-100])
+  said = refused(folder, tmp_path / "run")
+  assert said.startswith(f"{second}: tensor ") and said.endswith(
+      f"by the file's header, of a file of {len(data) - 100} bytes: the file is truncated or corrupt; download it "
+      "again")

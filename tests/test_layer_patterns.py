@@ -225,7 +225,6 @@ def test_pattern_sweep_record_names_rows_and_sizes_their_decode_caches(repo_root
   import runpy
 
   from launch import sweep
-  from jformer.train import loop
 
   monkeypatch.chdir(repo_root)
   monkeypatch.syspath_prepend(str(repo_root / "benchmarks"))
@@ -238,7 +237,7 @@ def test_pattern_sweep_record_names_rows_and_sizes_their_decode_caches(repo_root
     block = {k: v for k, v in point.overrides.items() if not record_sweep.is_seed(k)}
     workdir = tmp_path / point.name
     workdir.mkdir()
-    loop.write_config(config_lib.load(repo_root / patterns.base, {k: sweep.cli_value(v) for k, v in {
+    config_lib.write_run(config_lib.load(repo_root / patterns.base, {k: sweep.cli_value(v) for k, v in {
         **patterns.fixed, **point.overrides}.items()}), workdir)
     cache[row_of(block)] = record_sweep.decode_cache_mib(str(workdir), 4096)
   assert list(cache) == ["all global", "1:1", "3:1", "5:1", "hybrid (linear, linear, softmax)"]

@@ -74,6 +74,7 @@ class Checkpointer:
       save_interval_steps: int = 1000,
       async_save: bool = True,
       read_only: bool = False,
+      copy_arrays: bool = True,
   ):
     """Opens (and, unless `read_only`, creates) the checkpoint directory.
 
@@ -87,6 +88,10 @@ class Checkpointer:
       async_save: write in a background thread; `save` returns once the arrays are copied off the device.
       read_only: open an existing directory to restore or read params (evaluation, averaging) without
         ever writing, deleting or cleaning up in it; `save` then raises.
+      copy_arrays: `save` copies each NumPy array of the state and compresses it, so the caller may change the
+        arrays while an asynchronous save writes them. False writes them where they are, uncompressed: a save then
+        holds no second copy of the state (a model's parameters alone, many gigabytes: `save_run_params`), and the
+        caller leaves them unchanged until `wait`.
     """
     if max_to_keep is not None and (not isinstance(max_to_keep, int) or max_to_keep < 1):
       raise ValueError(f"max_to_keep must be a positive int or None (keep all), got {max_to_keep!r}.")
@@ -110,7 +115,8 @@ class Checkpointer:
           cleanup_tmp_directories=True,
           enable_async_checkpointing=async_save,
       )
-    self._manager = ocp.CheckpointManager(self._directory, options=options, handler_registry=_handler_registry())
+    self._manager = ocp.CheckpointManager(self._directory, options=options,
+                                          handler_registry=_handler_registry(copy_arrays))
     self._unsealed: list[int] = []  # steps this Checkpointer saved that have no manifest yet.
     self._when_saved: list[tuple[int, Callable[[], None]]] = []  # (step, write) of `when_saved`, in call order.
     self._write_failed = False  # a save raised CheckpointWriteError: close() then only releases resources.
@@ -193,6 +199,12 @@ class Checkpointer:
   def all_steps(self) -> list[int]:
     """The saved steps, ascending; the newest may still be being written asynchronously (see `wait`)."""
     return sorted(self._manager.all_steps())
+
+  def params_only(self, step: int) -> bool:
+    """Whether checkpoint `step` holds parameters alone (`{"params": ...}`, `workdir.save_run_params`: a model
+    `jformer import-hf` converted), not a training state `restore` can fill; read from its metadata."""
+    tree = self._manager.metadata(_as_step(step)).item_metadata[STATE_ITEM].tree
+    return isinstance(tree, Mapping) and set(tree) == {"params"}
 
   def restore(self, state_template: Any, data_iterator: DataIterator | None = None, step: int | None = None, *,
               params: Mapping[str, tuple] | None = None) -> Any:
@@ -426,10 +438,14 @@ def abstract_state(template: Any) -> Any:
   return jax.tree_util.tree_map_with_path(to_target, template)
 
 
-def _handler_registry() -> ocp.handlers.DefaultCheckpointHandlerRegistry:
-  """Which Orbax handler reads and writes each item, so a fresh process can restore without having saved."""
+def _handler_registry(copy_arrays: bool = True) -> ocp.handlers.DefaultCheckpointHandlerRegistry:
+  """Which Orbax handler reads and writes each item, so a fresh process can restore without having saved
+  (`copy_arrays`: `Checkpointer`'s; any of them restores what either wrote)."""
   registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
-  state_handler = ocp.PyTreeCheckpointHandler()
+  handlers = ocp.type_handlers
+  state_handler = ocp.PyTreeCheckpointHandler() if copy_arrays else ocp.PyTreeCheckpointHandler(
+      use_compression=False, type_handler_registry=handlers.create_type_handler_registry(
+          (np.ndarray, handlers.NumpyHandler(deepcopy_host_arrays=False)), (jax.Array, handlers.ArrayHandler())))
   registry.add(STATE_ITEM, ocp.args.PyTreeSave, state_handler)
   registry.add(STATE_ITEM, ocp.args.PyTreeRestore, state_handler)
   data_handler = grain_checkpoint.CheckpointHandler()

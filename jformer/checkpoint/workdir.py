@@ -1,6 +1,7 @@
 """Where a training run keeps its checkpoints, and the parameters a decoder loads from them.
 
-    <workdir>/checkpoints/   the training state every `train.checkpoint_every` steps (`Checkpointer`)
+    <workdir>/checkpoints/   the training state every `train.checkpoint_every` steps (`Checkpointer`); an imported
+                             model's step 0 holds its parameters alone (`save_run_params`)
     <workdir>/averaged/      the mean parameters of the last checkpoints (`save_params`; `jformer average-checkpoints`
                              or `train.average_checkpoints`)
     <workdir>/best.json      the step of the best checkpoint by `train.keep_best`'s valid metric, kept among the
@@ -14,6 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import jax
+import numpy as np
 from absl import logging
 from etils import epath
 
@@ -70,6 +73,14 @@ def which_params(workdir: epath.PathLike, which: str = "auto") -> str:
                               "train.keep_best='none', or no evaluation yet); use --checkpoint=latest")
     return "latest"
   return which
+
+
+def save_run_params(workdir: epath.PathLike, params: Any) -> None:
+  """Writes `params` (a pytree of arrays, kept in their dtypes) as step 0 of the run in `workdir`, without an optimizer
+  state: what `jformer import-hf` writes. Decoding loads it like any step (`load_run_params`); `jformer train` sees
+  it holds parameters alone (`Checkpointer.params_only`) and starts from them with a fresh optimizer state."""
+  with Checkpointer(checkpoints_dir(workdir), copy_arrays=False) as checkpointer:  # no second copy of a big model.
+    checkpointer.save(0, {"params": jax.tree.map(np.asarray, params)}, force=True)
 
 
 def load_run_params(workdir: epath.PathLike, which: str = "auto", *, model=None) -> Any:

@@ -2,6 +2,7 @@
 
     config = load("configs/demo.py", {"train.steps": "100"})   # read, override, import plug-ins, validate, lock
     config = load_run(workdir)                                # the config a trained run wrote, validated
+    write_run(config, workdir)                                # a run's config.json and its checksum
 
 Every field is declared once (`schema`: default, meaning, allowed values, identity; the model section is
 `jformer.models.TransformerConfig`). Configs are locked ConfigDicts: an unknown key, set by a config file or an
@@ -24,7 +25,7 @@ from etils import epath
 
 from jformer.config.files import import_file, import_plugins, read
 from jformer.config.identity import (EVAL_KEYS, changed_keys, check_same_run, from_values, is_identity,
-                                     read_run, record_config)
+                                     read_run, record_config, write_run)
 from jformer.config.overrides import flatten, set_value
 from jformer.config.schema import SECTIONS, base_config, declared
 from jformer.config.validation import THIS_MACHINE, validate
@@ -76,4 +77,5 @@ def checked(config: ml_collections.ConfigDict, *, backend: str | None = THIS_MAC
 
 __all__ = ["EVAL_KEYS", "SECTIONS", "THIS_MACHINE", "base_config", "changed_keys", "check_same_run", "checked",
            "declared", "flatten", "from_values", "import_file", "import_plugins", "is_identity", "load", "load_run",
-           "read", "read_run", "record_config", "set_value", "validate"]
+           "read", "read_run", "record_config", "set_value", "validate",
+           "write_run"]

@@ -12,6 +12,7 @@ import json
 import os
 from typing import Any, Mapping
 
+import jax
 import ml_collections
 from etils import epath
 
@@ -79,6 +80,18 @@ def read_run(workdir: epath.PathLike, *, verify: bool = True) -> ml_collections.
   except json.JSONDecodeError as e:
     raise ValueError(f"{path} is not valid JSON (line {e.lineno}: {e.msg}); restore it") from None
   return from_values(_moved_fields(flatten(written)))
+
+
+def write_run(config: ml_collections.ConfigDict, workdir: epath.PathLike) -> None:
+  """Writes the resolved `config` to `<workdir>/config.json` (atomically, process 0 only) and records its checksum
+  (`record_config`): the run's identity, what `read_run` reads back and every later command checks against.
+  `jformer train` writes it with a start's first checkpoint (so a start refused or failed before it saved one
+  leaves nothing that refuses the corrected command), `jformer import-hf` with the converted parameters."""
+  if jax.process_index() != 0:
+    return
+  text = json.dumps(json.loads(config.to_json_best_effort()), indent=2, sort_keys=True) + "\n"
+  paths.write_atomically(epath.Path(workdir) / "config.json", text)
+  record_config(workdir)
 
 
 def record_config(workdir: epath.PathLike) -> None:

@@ -71,7 +71,7 @@ def load_tokenizer(config, workdir: epath.PathLike) -> Tokenizer | PretrainedTok
   The vocabulary's size and sha256 are recorded in `<workdir>/vocab/vocab_checksum.json` when the run first uses it
   (process 0) and checked before every later load; with them what a trained one was trained on (`vocab_source`):
   one trained by a start that saved no checkpoint, on other data, is trained again (the run's identity is recorded
-  only with its first checkpoint, `jformer.train.loop.write_config`).
+  only with its first checkpoint, `jformer.config.write_run`).
 
   Raises:
     ValueError: the vocabulary differs from the one the run recorded (one line naming the file and the fix).

@@ -6,18 +6,25 @@ resume, `export-hf`):
 
     DIR/config.json           the run's config: the model section from the family's config.json, the rest
                               `FINE_TUNING` and the --config overrides of the import
-    DIR/checkpoints/0/        the training state at step 0: the converted parameters, a fresh optimizer state
+    DIR/checkpoints/0/        the converted parameters alone, in the checkpoint's dtype (bfloat16 stays bfloat16)
+                              unless --dtype says: `train` builds the optimizer state when it starts from them
     DIR/vocab/                the family's tokenizer in jformer's ids (`jformer.data.pretrained_vocab`)
     DIR/pretrained/           the source's config.json and tokenizer files, which an export writes back
 
-An export writes the parameters of a run's checkpoint through the same table into `OUT/model.safetensors` (float32)
-beside those files: a folder `transformers`' `from_pretrained` loads. It refuses a model that no longer has its
-family's shape (a changed pattern of layer kinds, say), naming what differs.
+An export writes the parameters of a run's checkpoint through the same table, in their dtype unless --dtype says,
+into `OUT/model.safetensors`, or shards of at most --max_shard_size with their `model.safetensors.index.json`, beside
+those files: a folder `transformers`' `from_pretrained` loads. It refuses a model that no longer has its family's
+shape (a changed pattern of layer kinds, say), naming what differs.
+
+Both go one tensor at a time (`safetensors_io`): an import holds the converted parameters and the tensor being
+converted, an export the run's parameters and the shard being written (though Orbax, restoring those parameters,
+holds about twice them while it reads: docs/results/interop_memory.md).
 """
 
 from __future__ import annotations
 
 import json
+from typing import Iterator
 
 import jax
 import ml_collections
@@ -34,13 +41,14 @@ from jformer.interop import safetensors_io, tables
 from jformer.interop.family import family_of
 from jformer.models import TransformerConfig
 from jformer.models.summary import param_shapes
-from jformer.train import transfer
-from jformer.train.loop import write_config
-from jformer.train.state import TrainState
 
 PRETRAINED_DIR = "pretrained"
 MARIAN_TOKENIZER = ("source.spm", "target.spm", "vocab.json")
-WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+WEIGHTS = (safetensors_io.SINGLE, safetensors_io.INDEX)
+# The dtypes an import or export may convert to (--dtype); by default each keeps its source's.
+DTYPES = {name: np.dtype(dtype) for name, dtype in
+          (("float32", np.float32), ("bfloat16", safetensors_io.DTYPES["BF16"]), ("float16", np.float16))}
+MAX_SHARD_SIZE = "5GB"  # transformers' save_pretrained default.
 # What an imported run trains with unless the import's --config overrides say otherwise: the documents of `text`
 # (the bundled English corpus, or data.path), short fine-tuning steps without label smoothing.
 FINE_TUNING = {"data.dataset": "text", "data.pack": "documents", "data.max_length": 256, "data.batch_size": 8,
@@ -85,27 +93,43 @@ def read_config(folder: epath.PathLike) -> PretrainedConfig:
   return PretrainedConfig(path, fields)
 
 
-def convert(folder: epath.PathLike) -> tuple[dict, dict, VocabularyMap]:
-  """(jformer model fields, params as a nested dict of float32 arrays, vocabulary map) of a Hugging Face folder."""
-  hf = read_config(folder)
+def pretrained_fields(hf: PretrainedConfig) -> tuple[dict, VocabularyMap]:
+  """(jformer model fields, vocabulary map) of a family's config.json."""
   family = family_of(hf)
   vocabulary = VocabularyMap(*family.special_ids(hf), hf["vocab_size"])
   # A start token that also ends (one jformer id more): its extra id 0 is never predicted, as the family's softmax.
-  fields = {**family.model_fields(hf), "vocab_size": vocabulary.vocab_size,
-            "predicts_padding": vocabulary.start_id != vocabulary.end_id}
-  tensors = safetensors_io.read_folder(folder)
-  flat = tables.to_jformer(family.rows(hf, vocabulary), tensors, family.num_layers(hf), ignored=family.ignored(hf))
-  params = traverse_util.unflatten_dict({path: np.asarray(x, np.float32) for path, x in flat.items()}, sep="/")
-  return fields, params, vocabulary
+  return {**family.model_fields(hf), "vocab_size": vocabulary.vocab_size,
+          "predicts_padding": vocabulary.start_id != vocabulary.end_id}, vocabulary
 
 
-def to_pretrained_tensors(hf: dict, params) -> dict[str, np.ndarray]:
-  """The family's float32 tensors of jformer `params` (a nested dict), through the table read backwards."""
+def convert(folder: epath.PathLike, dtype: str | None = None, *,
+            shapes: dict | None = None) -> tuple[dict, dict, VocabularyMap]:
+  """(jformer model fields, params as a nested dict of arrays, vocabulary map) of a Hugging Face folder, read one
+  tensor at a time, each in its saved dtype or `dtype` (a name of `DTYPES`); given the model's parameter `shapes`
+  ({path: shape}), a tensor of another shape is refused as it is read (`tables.to_jformer`)."""
+  hf = read_config(folder)
+  family, (fields, vocabulary) = family_of(hf), pretrained_fields(hf)
+  tensors = safetensors_io.read_folder(folder, _dtype(dtype))
+  flat = tables.to_jformer(family.rows(hf, vocabulary), tensors, family.num_layers(hf), ignored=family.ignored(hf),
+                           shapes=shapes)
+  return fields, traverse_util.unflatten_dict(flat, sep="/"), vocabulary
+
+
+def to_pretrained_tensors(hf: dict, params, dtype: str | None = None) -> Iterator[tuple[str, np.ndarray]]:
+  """The family's (name, tensor) pairs of jformer `params` (a nested dict), through the table read backwards, made
+  one at a time as they are taken, each in its parameter's dtype or `dtype` (a name of `DTYPES`)."""
   family = family_of(hf)
   vocabulary = VocabularyMap(*family.special_ids(hf), hf["vocab_size"])
-  flat = traverse_util.flatten_dict(jax.tree.map(np.asarray, params), sep="/")
-  return {name: np.ascontiguousarray(x, np.float32)
-          for name, x in tables.to_pretrained(family.rows(hf, vocabulary), flat, family.num_layers(hf)).items()}
+  flat, cast = traverse_util.flatten_dict(jax.tree.map(np.asarray, params), sep="/"), _dtype(dtype)
+  pairs = tables.to_pretrained(family.rows(hf, vocabulary), flat, family.num_layers(hf))
+  return ((name, np.asarray(x, cast or x.dtype)) for name, x in pairs)
+
+
+def _dtype(name: str | None) -> np.dtype | None:
+  """The numpy dtype --dtype names (None: keep each tensor's)."""
+  if name is not None and name not in DTYPES:
+    raise ValueError(f"--dtype={name} is not one of {sorted(DTYPES)}; leave it out to keep the checkpoint's dtype")
+  return None if name is None else DTYPES[name]
 
 
 def _tokenizer_file(folder: epath.Path) -> tuple[str, bytes]:
@@ -154,14 +178,16 @@ def _reads_as_hub_id(source: str) -> bool:
           and not epath.Path(parts[0]).exists())
 
 
-def import_hf(source: str, workdir: epath.PathLike, overrides: dict | None = None) -> ml_collections.ConfigDict:
-  """Writes the workdir of module doc from the Hugging Face model at `source`; returns the run's config. Refuses a
-  workdir that already holds a run."""
+def import_hf(source: str, workdir: epath.PathLike, overrides: dict | None = None, *,
+              dtype: str | None = None) -> ml_collections.ConfigDict:
+  """Writes the workdir of module doc from the Hugging Face model at `source`, its parameters in their saved dtype or
+  `dtype` (a name of `DTYPES`); returns the run's config. Refuses a workdir that already holds a run."""
   folder, workdir = _source_folder(source), paths.absolute(workdir)
   if (workdir / "config.json").exists():
     raise ValueError(f"{workdir} already holds a run; import into a new --workdir")
   kind, tokenizer = _tokenizer_file(folder)
-  fields, params, vocabulary = convert(folder)
+  hf = read_config(folder)
+  fields, vocabulary = pretrained_fields(hf)
   overrides = dict(overrides or {})
   fixed = sorted(key for key in overrides if key.startswith("model.") and key[6:] not in FREE_MODEL_FIELDS)
   if fixed:
@@ -169,12 +195,13 @@ def import_hf(source: str, workdir: epath.PathLike, overrides: dict | None = Non
                      f"{[f'model.{f}' for f in FREE_MODEL_FIELDS]} of the model (a converted model: train "
                      "--config.train.initialize_from)")
   values = {f"model.{key}": value for key, value in fields.items()}
-  fine_tuning = {**FINE_TUNING, **family_of(read_config(folder)).fine_tuning}
+  fine_tuning = {**FINE_TUNING, **family_of(hf).fine_tuning}
   # Rows no longer than the model's positions (a small model's max_position_embeddings), unless the overrides say.
   fine_tuning["data.max_length"] = min(fine_tuning["data.max_length"], fields["max_length"])
   config = config_lib.checked(config_lib.from_values({**values, **fine_tuning, **overrides}))
-  model = tasks.build_model(config)
-  problem = shapes.difference(shapes.expected(param_shapes(model)), params)
+  expected = shapes.expected(param_shapes(tasks.build_model(config)))
+  _, params, _ = convert(folder, dtype, shapes={path: shape for path, (shape, _) in expected.items()})
+  problem = shapes.difference(expected, params)
   if problem:
     raise ValueError(f"the converted parameters do not fit the model jformer builds from config.json: {problem}")
   workdir.mkdir(parents=True, exist_ok=True)
@@ -185,19 +212,18 @@ def import_hf(source: str, workdir: epath.PathLike, overrides: dict | None = Non
   for file in folder.iterdir():
     if file.is_file() and file.name not in WEIGHTS and not file.name.endswith((".safetensors", ".bin", ".pt")):
       (kept / file.name).write_bytes(file.read_bytes())
-  tx, _ = transfer.run_optimizer(config, config.train.steps)  # the optimizer state a `train` resume expects.
-  _, train_rng = jax.random.split(jax.random.PRNGKey(config.train.seed))  # as `init_train_state` splits it.
-  state = TrainState(step=np.zeros((), np.int32), params=params, opt_state=tx.init(params), rng=train_rng,
-                     skipped_updates=np.zeros((), np.int32))
-  with checkpoint.Checkpointer(checkpoint.checkpoints_dir(workdir)) as checkpointer:
-    checkpointer.save(0, state, force=True)
-  write_config(config, workdir)
+  checkpoint.save_run_params(workdir, params)  # `train` builds the optimizer state when it starts from them.
+  config_lib.write_run(config, workdir)
   return config
 
 
-def export_hf(workdir: epath.PathLike, out: epath.PathLike, which: str = "auto") -> list[str]:
-  """Writes the folder of module doc at `out` from the run in `workdir` (its `which` checkpoint); returns the
-  files written. Refuses a run not imported by `import_hf` and a model that no longer has its family's shape."""
+def export_hf(workdir: epath.PathLike, out: epath.PathLike, which: str = "auto", *, dtype: str | None = None,
+              max_shard_size: str | int = MAX_SHARD_SIZE) -> list[str]:
+  """Writes the folder of module doc at `out` from the run in `workdir` (its `which` checkpoint), in the parameters'
+  dtype or `dtype` (a name of `DTYPES`), in shards of at most `max_shard_size` (`safetensors_io.parse_size`);
+  returns the files written. Refuses a run not imported by `import_hf` and a model that no longer has its family's
+  shape."""
+  safetensors_io.parse_size(max_shard_size), _dtype(dtype)  # a mistyped option: one line, before anything is read.
   workdir, out = paths.absolute(workdir), paths.absolute(out)
   kept = workdir / PRETRAINED_DIR
   if not (kept / "config.json").exists():
@@ -213,14 +239,16 @@ def export_hf(workdir: epath.PathLike, out: epath.PathLike, which: str = "auto")
     differ = [f"model.{f}" for f in wanted.__dataclass_fields__ if getattr(have, f) != getattr(wanted, f)]
     raise ValueError(f"the run's model differs from its family's ({family.name}) in {differ}: a "
                      f"{hf.get('model_type')} checkpoint cannot hold it")
-  params = checkpoint.load_run_params(workdir, which, model=tasks.build_model(config))
-  tensors = to_pretrained_tensors(hf, params)
   if out.exists() and any(out.iterdir()):
     raise ValueError(f"{out} is not empty; export into a new folder")
+  params = checkpoint.load_run_params(workdir, which, model=tasks.build_model(config))
+  saved = {x.dtype for x in jax.tree.leaves(params)}
+  dtype = dtype or (saved.pop().name if len(saved) == 1 else "float32")
+  tensors = to_pretrained_tensors(hf, params, dtype)
   out.mkdir(parents=True, exist_ok=True)
   for file in kept.iterdir():
     (out / file.name).write_bytes(file.read_bytes())
-  hf["torch_dtype"] = hf["dtype"] = "float32"
+  hf["torch_dtype"] = hf["dtype"] = dtype
   paths.write_atomically(out / "config.json", json.dumps(hf, indent=2) + "\n")
-  safetensors_io.write(out / "model.safetensors", tensors, metadata={"format": "pt"})
+  safetensors_io.write_folder(out, tensors, max_shard_size, metadata={"format": "pt"})
   return sorted(file.name for file in out.iterdir())

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -70,21 +70,22 @@ def _names(names: str | tuple[str, ...]) -> tuple[str, ...]:
   return (names,) if isinstance(names, str) else tuple(names)
 
 
-def _convert(rows: Sequence[Row], arrays: Mapping[str, np.ndarray], num_layers: int, *,
-             to_jformer: bool) -> tuple[dict[str, np.ndarray], set[str]]:
-  """(the arrays the rows make of `arrays`, the names they read), read towards jformer or back."""
-  out, used = {}, set()
+def _pairs(rows: Sequence[Row], num_layers: int, *, to_jformer: bool):
+  """(row, source names, target names) of every row and layer, read towards jformer or back."""
   for row in rows:
     for names, paths in row.expanded(num_layers):
-      source, target = (names, paths) if to_jformer else (paths, names)
-      missing = [name for name in source if name not in arrays]
-      if missing:
-        raise ValueError(f"the checkpoint lacks {missing} (its family's table reads them); is it complete?"
-                         if to_jformer else f"the parameters lack {missing}, which the family's table writes")
-      transform = row.transform.to_jformer if to_jformer else row.transform.to_pretrained
-      out.update(zip(target, transform(*(np.asarray(arrays[name]) for name in source)), strict=True))
-      used.update(source)
-  return out, used
+      yield (row, names, paths) if to_jformer else (row, paths, names)
+
+
+def _read(rows: Sequence[Row], arrays: Mapping[str, np.ndarray], num_layers: int, *, to_jformer: bool) -> set[str]:
+  """The names of `arrays` the rows read, every one checked to be there (nothing is read): ValueError naming the
+  missing ones."""
+  used = {name for _, source, _ in _pairs(rows, num_layers, to_jformer=to_jformer) for name in source}
+  missing = sorted(used - set(arrays))
+  if missing:
+    raise ValueError(f"the checkpoint lacks {_some(missing)} (its family's table reads them); is it complete?"
+                     if to_jformer else f"the parameters lack {_some(missing)}, which the family's table writes")
+  return used
 
 
 def _some(names: list[str]) -> str:
@@ -92,23 +93,43 @@ def _some(names: list[str]) -> str:
 
 
 def to_jformer(rows: Sequence[Row], tensors: Mapping[str, np.ndarray], num_layers: int, *,
-               ignored: Sequence[str] = ()) -> dict[str, np.ndarray]:
-  """{jformer path: array} from the pretrained `tensors`; every tensor must be read by a row or match an `ignored`
-  pattern (buffers the model recomputes), else ValueError names the ones left over (and a row's missing tensor)."""
-  params, used = _convert(rows, tensors, num_layers, to_jformer=True)
+               ignored: Sequence[str] = (), shapes: Mapping[str, tuple] | None = None) -> dict[str, np.ndarray]:
+  """{jformer path: array} from the pretrained `tensors` (a mapping that may read each tensor when asked for: each
+  is asked for once); every tensor must be read by a row or match an `ignored` pattern (buffers the model
+  recomputes), else ValueError names the ones left over (and a row's missing tensor), before any is read. With the
+  model's parameter `shapes` ({path: shape}), a tensor whose shape is not the one config.json describes is refused
+  as it is read, named with both shapes."""
+  used = _read(rows, tensors, num_layers, to_jformer=True)
   unread = sorted(name for name in set(tensors) - used if not any(re.fullmatch(p, name) for p in ignored))
   if unread:
     raise ValueError(f"the checkpoint holds tensors this family's table does not read: {_some(unread)}; a variant "
                      "jformer cannot represent yet (open an issue naming its architecture)")
+  params = {}
+  for row, source, target in _pairs(rows, num_layers, to_jformer=True):
+    arrays = [np.asarray(tensors[name]) for name in source]
+    said = ", ".join(f"{name} {list(array.shape)}" for name, array in zip(source, arrays))
+    mismatch = f"the weights do not match config.json (download them again): the checkpoint's {said}"
+    try:
+      converted = row.transform.to_jformer(*arrays)
+    except ValueError as e:
+      raise ValueError(f"{mismatch} cannot become {', '.join(target)} ({e})") from None
+    for path, array in zip(target, converted, strict=True):
+      if shapes is not None and path in shapes and tuple(array.shape) != tuple(shapes[path]):
+        raise ValueError(f"{mismatch} makes {path} {list(array.shape)}, where the model config.json describes has "
+                         f"{list(shapes[path])}")
+      params[path] = np.ascontiguousarray(array)  # now: a view's source (the tensor read) is freed at once.
   return params
 
 
-def to_pretrained(rows: Sequence[Row], params: Mapping[str, np.ndarray], num_layers: int) -> dict[str, np.ndarray]:
-  """{pretrained name: array} from jformer's flat `params` (`flax.traverse_util.flatten_dict(..., sep="/")`);
-  every parameter must be written by a row, else ValueError names the ones left over (parameters the family has
-  no tensor for: a changed model)."""
-  tensors, used = _convert(rows, params, num_layers, to_jformer=False)
-  unwritten = sorted(set(params) - used)
+def to_pretrained(rows: Sequence[Row], params: Mapping[str, np.ndarray],
+                  num_layers: int) -> Iterator[tuple[str, np.ndarray]]:
+  """(pretrained name, array) pairs from jformer's flat `params` (`flax.traverse_util.flatten_dict(..., sep="/")`),
+  made one row and layer at a time as they are taken (a writer holds only what it has not written); every parameter
+  must be written by a row, else ValueError (at the call) names the ones left over (parameters the family has no
+  tensor for: a changed model)."""
+  unwritten = sorted(set(params) - _read(rows, params, num_layers, to_jformer=False))
   if unwritten:
     raise ValueError(f"the model has parameters its family's checkpoint has no tensor for: {_some(unwritten)}")
-  return tensors
+  return ((name, array) for row, source, target in _pairs(rows, num_layers, to_jformer=False)
+          for name, array in zip(target, row.transform.to_pretrained(*(np.asarray(params[n]) for n in source)),
+                                 strict=True))

@@ -1,6 +1,7 @@
 """`train.initialize_from`: a run that starts from another run's parameters (a trained one, or one `jformer
 import-hf` wrote), e.g. the softmax model a changed `model.layer_pattern` converts (attention surgery,
-`jformer.train.transfer`)."""
+`jformer.train.transfer`); and `with_params`, a fresh training state holding given parameters, which both that and
+the first start of an imported run (its step 0 holds parameters alone) begin from."""
 
 from __future__ import annotations
 
@@ -50,8 +51,19 @@ def start_from(config, workdir: epath.PathLike, runner, state):
     raise ValueError(f"train.initialize_from={source} holds parameters this model cannot take: "
                      + "; ".join(shapes + [f"{path} (no such parameter here)" for path in unused[:8]]))
   kept = sorted(set(own) - set(pretrained))
-  merged = {path: np.asarray(pretrained.get(path, value), value.dtype) for path, value in own.items()}
   say(f"initialized from {source}: {len(own) - len(kept)} of {len(own)} parameters copied"
       + (f"; new (initial values): {', '.join(kept[:6])}" + (f" and {len(kept) - 6} more" if len(kept) > 6 else "")
          if kept else ""))
+  return with_params(runner, state, traverse_util.unflatten_dict(pretrained, sep="/"))
+
+
+def with_params(runner, state, params):
+  """`state` (freshly initialised: its optimizer state, step 0 and rng) holding the host arrays `params` (a nested
+  dict) where it has their paths, each cast to the state's dtype (bfloat16 pretrained weights train as the model's
+  float32 parameters) and laid out as its parameters: a run that starts from a model's parameters alone (`train.
+  initialize_from`, or an imported model's step 0). Its optimizer state is the fresh one: Adam's moments and count
+  start at zero whatever the parameters are."""
+  given = traverse_util.flatten_dict(params, sep="/")
+  own = traverse_util.flatten_dict(jax.device_get(runner.checkpoint_view(state).params), sep="/")
+  merged = {path: np.asarray(given.get(path, value), value.dtype) for path, value in own.items()}
   return state.replace(params=runner.device_params(traverse_util.unflatten_dict(merged, sep="/")))

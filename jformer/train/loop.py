@@ -122,16 +122,6 @@ def finished_results(config, workdir: epath.PathLike) -> dict | None:
   return results if results.get("step", 0) >= total or ended else None
 
 
-def write_config(config, workdir: epath.PathLike) -> None:
-  """Writes the resolved config to `<workdir>/config.json` (after `check_resume`), and its checksum: the run's
-  identity, written with a start's first checkpoint (or before a rerun's final test), so that a start refused,
-  failed or stopped before it saved one (data, vocabulary, compilation, a non-finite first step) leaves nothing
-  that refuses the corrected command."""
-  write_json(epath.Path(workdir) / "config.json", json.loads(config.to_json_best_effort()))
-  if jax.process_index() == 0:
-    config_lib.record_config(workdir)
-
-
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLike) -> dict:
   """Trains `config` in `workdir` (resuming if it holds checkpoints) and returns the final results.
 
@@ -187,9 +177,13 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
   checkpointer = checkpoint.Checkpointer(checkpoint.checkpoints_dir(workdir),
                                          max_to_keep=config.train.keep_checkpoints,
                                          save_interval_steps=config.train.checkpoint_every)
-  if checkpointer.latest_step() is not None:
+  latest = checkpointer.latest_step()
+  if latest is not None:
     fits = checkpoint.shapes.expected(param_shapes(model))  # a step of another model is named, and skipped.
-    state = runner.from_checkpoint(checkpointer.restore(runner.abstract_state(), datasets.train, params=fits))
+    if checkpointer.params_only(latest):  # an imported model's parameters: its optimizer state starts now.
+      state = initialize.with_params(runner, state, checkpointer.restore_params(latest, params=fits))
+    else:
+      state = runner.from_checkpoint(checkpointer.restore(runner.abstract_state(), datasets.train, params=fits))
     say(f"resumed from step {checkpointer.latest_step()} ({checkpointer.directory})")
   elif config.train.initialize_from:
     state = initialize.start_from(config, workdir, runner, state)
@@ -287,7 +281,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
       if save or best_now or last:
         with progress.paused():
           if not recorded:  # the run's identity, recorded with this start's first checkpoint.
-            write_config(config, workdir)
+            config_lib.write_run(config, workdir)
             recorded = True
           checkpointer.save(step, runner.checkpoint_view(state), datasets.train,
                             force=preempted or last or averaged or best_now)
@@ -309,7 +303,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: epath.PathLi
       write_json(workdir / RESULTS_FILE, results)  # the training's results, before the (resumable) final test.
     preemption.check("before the final test")
     if not trained:  # a rerun that only tests: this start's config recorded as a training start's is.
-      write_config(config, workdir)
+      config_lib.write_run(config, workdir)
     params, kept_results = kept.choose(step, runner.host_params(state))  # train.keep_best's step, or the last.
     results.update(kept_results)
     if config.train.average_checkpoints > 1:

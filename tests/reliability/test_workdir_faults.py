@@ -15,7 +15,7 @@ from helpers import REPO, tiny_overrides
 from jformer import checkpoint
 from jformer import config as config_lib
 from jformer import main
-from jformer.train.loop import check_resume, train_and_evaluate, write_config
+from jformer.train.loop import check_resume, train_and_evaluate
 from jformer.train.workdir_lock import LOCK_FILE, WorkdirInUseError, hold
 
 
@@ -98,7 +98,7 @@ def test_a_second_train_is_refused_and_a_killed_train_leaves_no_stuck_lock(tiny_
 def written_run(tiny_corpus, tmp_path_factory):
   """A workdir with the config.json of a 1-step run of the tiny config (all that the checks read); its text."""
   workdir = tmp_path_factory.mktemp("run")
-  write_config(load(tiny_corpus, **{"train.steps": 1}), workdir)
+  config_lib.write_run(load(tiny_corpus, **{"train.steps": 1}), workdir)
   return workdir, (workdir / "config.json").read_text()
 
 
@@ -111,7 +111,7 @@ def test_harmless_changes_are_taken_and_named(written_run, tiny_corpus, tmp_path
   workdir, config_json = written_run
   (tmp_path / "config.json").write_text(config_json)
   check_resume(load(tiny_corpus, **HARMLESS), tmp_path)
-  write_config(load(tiny_corpus, **HARMLESS), tmp_path)
+  config_lib.write_run(load(tiny_corpus, **HARMLESS), tmp_path)
   assert "train.steps 1 -> 2" in caplog.text and "model.dropout_rate 0.0 -> 0.2" in caplog.text
   written = json.loads((tmp_path / "config.json").read_text())
   assert (written["decode"]["beam_size"], written["train"]["steps"], written["model"]["dropout_rate"]) == (2, 2, 0.2)
