@@ -273,13 +273,13 @@ def test_gemma2_with_an_untied_output_embedding_round_trips(tmp_path):
   folder = GOLDEN / "gemma2"
   hf = {**json.loads((folder / "config.json").read_text()), "tie_word_embeddings": False}
   (tmp_path / "config.json").write_text(json.dumps(hf))
-  tensors = safetensors_io.read_folder(folder)
+  tensors = dict(safetensors_io.read_folder(folder))  # a lazy mapping: copied to add a tensor.
   tensors["lm_head.weight"] = (tensors["model.embed_tokens.weight"][::-1] * 2).astype(np.float32)
   safetensors_io.write(tmp_path / "model.safetensors", tensors)
   fields, params, vocabulary = interop.convert(tmp_path)
   assert not fields["tie_output_embedding"]
   output = params["decoder"]["output_embedding"]["embedding"]
   np.testing.assert_array_equal(output[vocabulary.jformer_ids], tensors["lm_head.weight"])
-  back = interop.to_pretrained_tensors(hf, params)
+  back = dict(interop.to_pretrained_tensors(hf, params))  # (name, array) pairs, one at a time.
   assert set(back) == set(tensors)
   np.testing.assert_array_equal(back["lm_head.weight"], tensors["lm_head.weight"])

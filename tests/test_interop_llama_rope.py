@@ -17,7 +17,7 @@ from jformer import config as config_lib
 from jformer import interop
 from jformer.interop.family import family_of
 from jformer.models import LanguageModel, TransformerConfig
-from jformer.train.loop import write_config
+
 from test_interop_golden import jformer_targets
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "hf"
@@ -109,7 +109,7 @@ def test_an_export_writes_the_rope_parameters_back_and_refuses_a_changed_scaling
   assert out["rope_parameters"] == hf_config("llama3")["rope_parameters"]
   config = config_lib.load_run(workdir)
   config.model.positional_options.factor = 4.0
-  write_config(config, workdir)
+  config_lib.write_run(config, workdir)
   with pytest.raises(ValueError, match=r"the run's model differs from its family's \(llama\) in "
                                        r"\['model.positional_options'\]"):
     interop.export_hf(workdir, tmp_path / "again")

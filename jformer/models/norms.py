@@ -86,7 +86,9 @@ class RMSNormPlusOne(nn.Module):
     """`[..., F]` -> float32 `[..., F]`."""
     scale = self.param("scale", _replicated(nn.initializers.zeros), (x.shape[-1],), jnp.float32)
     x = x.astype(jnp.float32)
-    return x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + self.epsilon) * (1.0 + scale)
+    # 1 + scale in float32 whatever the stored dtype (an imported float16 or bfloat16 scale), as transformers does.
+    return x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + self.epsilon) * (
+        1.0 + scale.astype(jnp.float32))
 
 
 @register("rmsnorm_plus_one")
