@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from test_block_options import jit_init, normal, perturbed
+from test_block_options_pretrained import causal_rotary_attention
 from jformer.models import TransformerConfig
 from jformer.models.flops import train_flops
 from jformer.models.layers import FeedForward, MultiHeadAttention, norm
 from jformer.models.transformer import DecoderLayer
-from jformer.ops.positional import apply_rotary
 
 EPS = 0.1  # large enough to matter against inputs of size ~1.
 
@@ -53,15 +53,7 @@ def test_head_dim_and_attention_scale_dim_are_the_formula():
   assert params["key"]["kernel"].shape == (d_model, kv_heads, head_dim)
   assert params["out"]["kernel"].shape == (heads, head_dim, d_model)
 
-  def formula(scale_dim):
-    project = lambda name: jnp.einsum("bld,dhk->blhk", x, params[name]["kernel"])
-    positions = jnp.arange(length)[None]
-    q, k = apply_rotary(project("query"), positions), apply_rotary(project("key"), positions)
-    k, v = jnp.repeat(k, heads // kv_heads, axis=2), jnp.repeat(project("value"), heads // kv_heads, axis=2)
-    logits = jnp.einsum("bthk,bshk->bhts", q, k) / np.sqrt(scale_dim)
-    logits = jnp.where(jnp.tril(jnp.ones((length, length), bool)), logits, -jnp.inf)
-    out = jnp.einsum("bhts,bshk->bthk", jax.nn.softmax(logits, -1), v)
-    return jnp.einsum("bthk,hkd->btd", out, params["out"]["kernel"])
+  formula = lambda scale_dim: causal_rotary_attention(x, params, heads // kv_heads, scale_dim)
 
   got = jax.jit(mha.apply)({"params": params}, x)
   np.testing.assert_allclose(got, formula(scale_dim), rtol=1e-5, atol=1e-5)

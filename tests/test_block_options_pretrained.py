@@ -14,6 +14,20 @@ from jformer.models.layers import Embed, MultiHeadAttention, norm
 from jformer.ops.positional import apply_rotary
 
 
+def causal_rotary_attention(x, params, groups: int, scale_dim: int):
+  """The reference of the attention tests here: causal self-attention of `x` `[B, T, D]` with rotary positions,
+  written out from a MultiHeadAttention's `params` (projections with their biases where they have them), each key
+  and value head serving `groups` query heads, logits q.k / sqrt(scale_dim)."""
+  project = lambda name: jnp.einsum("bld,dhk->blhk", x, params[name]["kernel"]) + params[name].get("bias", 0.0)
+  positions, length = jnp.arange(x.shape[1])[None], x.shape[1]
+  q, k = apply_rotary(project("query"), positions), apply_rotary(project("key"), positions)
+  k, v = jnp.repeat(k, groups, axis=2), jnp.repeat(project("value"), groups, axis=2)
+  logits = jnp.einsum("bthk,bshk->bhts", q, k) / np.sqrt(scale_dim)
+  logits = jnp.where(jnp.tril(jnp.ones((length, length), bool)), logits, -jnp.inf)
+  out = jnp.einsum("bhts,bshk->bthk", jax.nn.softmax(logits, -1), v)
+  return jnp.einsum("bthk,hkd->btd", out, params["out"]["kernel"])
+
+
 @pytest.mark.parametrize("scale", [True, False])
 def test_embeddings_are_scaled_by_sqrt_d_model_unless_told_not_to(scale):
   embed = Embed(vocab_size=11, d_model=8, scale=scale)
@@ -68,16 +82,7 @@ def test_qkv_bias_adds_the_three_biases_the_key_one_turned_by_rotary_positions()
   params = perturbed(jit_init(mha, x)["params"])
   assert {name for name in params if "bias" in params[name]} == {"query", "key", "value"}
 
-  def formula(params):
-    project = lambda name: jnp.einsum("bld,dhk->blhk", x, params[name]["kernel"]) + params[name]["bias"]
-    positions = jnp.arange(length)[None]
-    q, k = apply_rotary(project("query"), positions), apply_rotary(project("key"), positions)
-    k, v = jnp.repeat(k, heads // kv_heads, axis=2), jnp.repeat(project("value"), heads // kv_heads, axis=2)
-    logits = jnp.einsum("bthk,bshk->bhts", q, k) / np.sqrt(head_dim)
-    logits = jnp.where(jnp.tril(jnp.ones((length, length), bool)), logits, -jnp.inf)
-    out = jnp.einsum("bhts,bshk->bthk", jax.nn.softmax(logits, -1), v)
-    return jnp.einsum("bthk,hkd->btd", out, params["out"]["kernel"])
-
+  formula = lambda params: causal_rotary_attention(x, params, heads // kv_heads, head_dim)
   got = jax.jit(mha.apply)({"params": params}, x)
   np.testing.assert_allclose(got, formula(params), rtol=1e-5, atol=1e-5)
   no_key_bias = {**params, "key": {**params["key"], "bias": jnp.zeros_like(params["key"]["bias"])}}
