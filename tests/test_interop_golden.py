@@ -136,7 +136,7 @@ def test_greedy_decoding_gives_transformers_tokens(imported, source):
 def test_import_export_import_is_the_identity(imported, tmp_path):
   name, folder, _, params, _ = imported
   hf = json.loads((folder / "config.json").read_text())
-  tensors = dict(interop.to_pretrained_tensors(hf, params))
+  tensors = interop.to_pretrained_tensors(hf, params)
   original = safetensors_io.read_folder(folder)
   assert set(tensors) == set(original) - {"lm_head.weight"} or set(tensors) == set(original)
   for file in folder.iterdir():
@@ -160,7 +160,7 @@ def test_an_export_loads_in_transformers_with_the_same_logits(imported, tmp_path
   for file in folder.iterdir():
     if file.name != "model.safetensors":
       (tmp_path / file.name).write_bytes(file.read_bytes())
-  safetensors_io.write(tmp_path / "model.safetensors", dict(interop.to_pretrained_tensors(hf, params)),
+  safetensors_io.write(tmp_path / "model.safetensors", interop.to_pretrained_tensors(hf, params),
                        {"format": "pt"})
   golden = dict(np.load(folder / "golden.npz"))
   logits = hf_logits(hf_model(tmp_path), golden)
@@ -280,6 +280,6 @@ def test_gemma2_with_an_untied_output_embedding_round_trips(tmp_path):
   assert not fields["tie_output_embedding"]
   output = params["decoder"]["output_embedding"]["embedding"]
   np.testing.assert_array_equal(output[vocabulary.jformer_ids], tensors["lm_head.weight"])
-  back = dict(interop.to_pretrained_tensors(hf, params))  # (name, array) pairs, one at a time.
+  back = interop.to_pretrained_tensors(hf, params)
   assert set(back) == set(tensors)
   np.testing.assert_array_equal(back["lm_head.weight"], tensors["lm_head.weight"])

@@ -115,7 +115,13 @@ def convert(folder: epath.PathLike, dtype: str | None = None, *,
   return fields, traverse_util.unflatten_dict(flat, sep="/"), vocabulary
 
 
-def to_pretrained_tensors(hf: dict, params, dtype: str | None = None) -> Iterator[tuple[str, np.ndarray]]:
+def to_pretrained_tensors(hf: dict, params, dtype: str | None = None) -> dict[str, np.ndarray]:
+  """{name: tensor} of jformer `params` in the family's names, all at once (`pretrained_tensors` makes them one at a
+  time, as export writes them)."""
+  return dict(pretrained_tensors(hf, params, dtype))
+
+
+def pretrained_tensors(hf: dict, params, dtype: str | None = None) -> Iterator[tuple[str, np.ndarray]]:
   """The family's (name, tensor) pairs of jformer `params` (a nested dict), through the table read backwards, made
   one at a time as they are taken, each in its parameter's dtype or `dtype` (a name of `DTYPES`)."""
   family = family_of(hf)
@@ -244,7 +250,7 @@ def export_hf(workdir: epath.PathLike, out: epath.PathLike, which: str = "auto",
   params = checkpoint.load_run_params(workdir, which, model=tasks.build_model(config))
   saved = {x.dtype for x in jax.tree.leaves(params)}
   dtype = dtype or (saved.pop().name if len(saved) == 1 else "float32")
-  tensors = to_pretrained_tensors(hf, params, dtype)
+  tensors = pretrained_tensors(hf, params, dtype)
   out.mkdir(parents=True, exist_ok=True)
   for file in kept.iterdir():
     (out / file.name).write_bytes(file.read_bytes())
