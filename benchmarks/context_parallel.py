@@ -67,7 +67,7 @@ def runner_for(size: int, strategy: str, length: int):
   tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
   rows = config.data.batch_size
   batch = {"targets": np.random.default_rng(0).integers(1, config.model.vocab_size, (rows, length), dtype=np.int32)}
-  runner = make_runner(config, model, tx, schedule, {"targets": batch["targets"][:1]})
+  runner = make_runner(config_lib.run_settings(config), model, tx, schedule, {"targets": batch["targets"][:1]})
   assert jax.device_count() >= size, f"{size} devices needed, {jax.device_count()} found"
   return runner, batch
 

@@ -56,7 +56,7 @@ def train(args, overrides):
   from jformer import config as config_lib
   from jformer import parallel
   from jformer.train.loop import train_and_evaluate
-  from jformer.train.recipe import adapt
+  from jformer.config.adaptive import adapt
 
   _quiet_logs()
   config = config_lib.load(args.config, overrides) if args.config else config_lib.load_run(args.workdir, overrides)
@@ -336,7 +336,7 @@ def summary(args, overrides):
   from jformer import config as config_lib
   from jformer import tasks
   from jformer.models import summary as summary_lib
-  from jformer.train.recipe import adapt
+  from jformer.config.adaptive import adapt
 
   config = adapt(config_lib.load(args.config, overrides), fixed=overrides)  # as `train` would start it.
   model = tasks.build_model(config)

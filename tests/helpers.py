@@ -507,7 +507,7 @@ def make_parallel_runner(layout, **overrides):
   model = tasks.build_model(config)
   tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
   example = {k: np.zeros((1, 16), np.int32) for k in ("inputs", "targets")}
-  return make_runner(config, model, tx, schedule, example)
+  return make_runner(config_lib.run_settings(config), model, tx, schedule, example)
 
 
 # ---------------------------------------------------------------------------------------------- runs and processes

@@ -12,6 +12,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from helpers import LAYOUTS, parallel_batch, parallel_config
 from jformer import attention, axes, tasks
+from jformer import config as config_lib
 from jformer.attention import auto, sharded
 from jformer.train import optim
 from jformer.train.runner import make_runner
@@ -132,7 +133,8 @@ def test_mesh_runner_trains_with_splash_as_with_dot_product(monkeypatch):
     config = parallel_config(**LAYOUTS["data2_fsdp2_tensor2"], **{"model.attention": name})
     model = tasks.build_model(config)
     tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
-    runner = make_runner(config, model, tx, schedule, {k: np.zeros((1, 16), np.int32) for k in ("inputs", "targets")})
+    runner = make_runner(config_lib.run_settings(config), model, tx, schedule,
+                         {k: np.zeros((1, 16), np.int32) for k in ("inputs", "targets")})
     state, metrics = runner.train_step(runner.init_state(jax.random.PRNGKey(0)), parallel_batch(0))
     results[name] = metrics["loss"], jax.device_get(state.params)
   # Every call is splash, run per device: in the train step (encoder, decoder, cross-attention) 4 rows and 2 of the

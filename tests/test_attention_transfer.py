@@ -61,7 +61,7 @@ def test_only_the_new_variant_trains_during_transfer_then_what_trainable_names()
       "model.layer_pattern": ("linear", "global"), "train.attention_transfer": 2,
       "train.trainable": ".*self_attention.*",
       "train.label_smoothing": 0.0, "optimizer.warmup_steps": 1})
-  tx, schedule = transfer.run_optimizer(config, 10)
+  tx, schedule = transfer.run_optimizer(config_lib.run_settings(config), 10)
   params = perturbed(model.init(jax.random.PRNGKey(0), TARGETS)["params"])
   state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                      rng=jax.random.PRNGKey(1), skipped_updates=jnp.zeros((), jnp.int32))

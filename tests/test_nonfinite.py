@@ -134,5 +134,5 @@ def test_the_stop_names_the_first_bad_step_though_the_metrics_are_read_later(rep
                      "config) in it.") and not list((tmp_path / "late" / "checkpoints").iterdir())
   # Nothing saved, no identity recorded (issue 49): the fix may change a key that defines the run.
   assert not (tmp_path / "late" / "config.json").exists()
-  check_resume(config_lib.load(repo_root / "configs" / "small.py", tiny_overrides(
-      tiny_corpus, **{"model.attention": "chunked", "model.d_model": 64})), tmp_path / "late")
+  check_resume(config_lib.run_settings(config_lib.load(repo_root / "configs" / "small.py", tiny_overrides(
+      tiny_corpus, **{"model.attention": "chunked", "model.d_model": 64}))), tmp_path / "late")

@@ -125,12 +125,13 @@ import jax, numpy as np
 import helpers
 assert jax.device_count() == 4 and jax.process_count() == num_processes
 config = helpers.parallel_config(**{"parallel.data": -1})
-from jformer import tasks
+from jformer import config as config_lib, tasks
 from jformer.train import optim
 from jformer.train.runner import make_runner
 model = tasks.build_model(config)
 tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model)
-runner = make_runner(config, model, tx, schedule, {k: np.zeros((1, 16), np.int32) for k in ("inputs", "targets")})
+runner = make_runner(config_lib.run_settings(config), model, tx, schedule,
+                     {k: np.zeros((1, 16), np.int32) for k in ("inputs", "targets")})
 state = runner.init_state(jax.random.PRNGKey(0))
 losses = []
 for seed in range(3):

@@ -9,11 +9,11 @@ import pytest
 
 from helpers import SMALL, load_tiny
 from jformer import config as config_lib
+from jformer.config import adaptive
 from jformer.config.recipe import Rule, parse_rules
 from jformer.data.corpus_size import measure
 from jformer.models.config import TransformerConfig
 from jformer.models.flops import forward_flops, train_flops
-from jformer.train import recipe
 
 KEYS = [key for key, _ in config_lib.declared()]
 VOCAB_RULE = ("model.vocab_size", "examples", ((300, 256), (1000, 320), (None, 384)))
@@ -80,8 +80,8 @@ def _rules_config(corpus, **extra):
 
 def test_the_rules_choose_from_the_measured_corpus_and_steps(tiny_corpus, capsys):
   config = _rules_config(tiny_corpus)
-  adapted = recipe.adapt(config, fixed={})
-  tokens_per_side = measure("parallel_text", str(tiny_corpus)).bytes / recipe.BYTES_PER_TOKEN / 2
+  adapted = adaptive.adapt(config, fixed={})
+  tokens_per_side = measure("parallel_text", str(tiny_corpus)).bytes / adaptive.BYTES_PER_TOKEN / 2
   passes = 300 * 8 * 32 / tokens_per_side  # steps x rows x max_length / tokens per side.
   assert adapted.model.vocab_size == 320  # 400 pairs: the second bracket.
   assert adapted.model.dropout_rate == (0.1 if passes <= 2 else 0.2 if passes <= 6 else 0.3)
@@ -92,49 +92,49 @@ def test_the_rules_choose_from_the_measured_corpus_and_steps(tiny_corpus, capsys
 
 
 def test_more_steps_make_more_passes_and_more_dropout(tiny_corpus):
-  few = recipe.adapt(_rules_config(tiny_corpus, **{"train.steps": 1}), fixed={})
-  many = recipe.adapt(_rules_config(tiny_corpus, **{"train.steps": 100_000}), fixed={})
+  few = adaptive.adapt(_rules_config(tiny_corpus, **{"train.steps": 1}), fixed={})
+  many = adaptive.adapt(_rules_config(tiny_corpus, **{"train.steps": 100_000}), fixed={})
   assert (few.model.dropout_rate, many.model.dropout_rate) == (0.1, 0.3)
 
 
 def test_a_key_given_on_the_command_line_keeps_its_value(tiny_corpus, capsys):
   config = _rules_config(tiny_corpus, **{"model.dropout_rate": 0.05})
-  adapted = recipe.adapt(config, fixed={"model.dropout_rate": "0.05"})
+  adapted = adaptive.adapt(config, fixed={"model.dropout_rate": "0.05"})
   assert adapted.model.dropout_rate == 0.05
   assert "kept from the command line: model.dropout_rate" in capsys.readouterr().out
 
 
 def test_a_resumed_run_keeps_its_own_choices(tiny_corpus, tmp_path, capsys):
   config = _rules_config(tiny_corpus)
-  first = recipe.adapt(config, fixed={}, workdir=tmp_path)
+  first = adaptive.adapt(config, fixed={}, workdir=tmp_path)
   recorded = json.loads(first.to_json_best_effort())
   recorded["model"]["dropout_rate"] = 0.25  # what the first start chose on its machine.
   (tmp_path / "config.json").write_text(json.dumps(recorded))
   config_lib.record_config(tmp_path)
-  resumed = recipe.adapt(config, fixed={}, workdir=tmp_path)
+  resumed = adaptive.adapt(config, fixed={}, workdir=tmp_path)
   assert resumed.model.dropout_rate == 0.25 and resumed.model.vocab_size == first.model.vocab_size
   assert "holds a run; keeping its choices: model.vocab_size 320, model.dropout_rate 0.25" in capsys.readouterr().out
 
 
 def test_a_config_without_rules_is_returned_as_it_is(tiny_corpus):
   config = load_tiny(tiny_corpus)
-  assert recipe.adapt(config, fixed={}) is config
+  assert adaptive.adapt(config, fixed={}) is config
 
 
 def test_a_budget_estimates_steps_from_the_machines_matmul_rate(tiny_corpus):
   small = load_tiny(tiny_corpus)
   wide = load_tiny(tiny_corpus, **{"model.d_model": 128, "model.d_ff": 512, "model.num_heads": 4})
-  rate = recipe.probe_rate(small)  # one measurement: the estimates below are arithmetic on it.
+  rate = adaptive.probe_rate(small)  # one measurement: the estimates below are arithmetic on it.
   assert rate > 0 and math.isfinite(rate)
-  small_seconds, wide_seconds = (recipe.step_seconds(c, rate) for c in (small, wide))
+  small_seconds, wide_seconds = (adaptive.step_seconds(c, rate) for c in (small, wide))
   flops = [train_flops(TransformerConfig.from_config(c.model), rows=c.data.batch_size, length=c.data.max_length)
            for c in (small, wide)]
-  assert small_seconds == pytest.approx(flops[0] / (rate * recipe.STEP_EFFICIENCY), rel=1e-12)
+  assert small_seconds == pytest.approx(flops[0] / (rate * adaptive.STEP_EFFICIENCY), rel=1e-12)
   assert wide_seconds / small_seconds == pytest.approx(flops[1] / flops[0], rel=1e-12) and flops[1] > flops[0]
-  inputs = recipe.Inputs(measure("parallel_text", str(tiny_corpus)))
+  inputs = adaptive.Inputs(measure("parallel_text", str(tiny_corpus)))
   budgeted = load_tiny(tiny_corpus, **{"train.budget_minutes": 1.0})
-  with_steps = recipe._with_steps(inputs, budgeted)
-  assert with_steps.steps == int(60 * recipe.BUDGET_TRAINING_FRACTION / with_steps.step_seconds)
+  with_steps = adaptive._with_steps(inputs, budgeted)
+  assert with_steps.steps == int(60 * adaptive.BUDGET_TRAINING_FRACTION / with_steps.step_seconds)
   assert math.isclose(with_steps.passes, with_steps.steps * 8 * 32 / (inputs.tokens / 2))
 
 
@@ -171,7 +171,7 @@ def test_the_lm_demo_states_its_rules_and_the_translation_demo_its_measured_valu
 
 def test_the_demo_prints_what_its_recipe_measured_and_chose(tiny_corpus, capsys):
   demo = config_lib.load(SMALL.parent / "demo.py", {"data.path": str(tiny_corpus)})
-  adapted = recipe.adapt(demo, fixed={"data.path": str(tiny_corpus)})
+  adapted = adaptive.adapt(demo, fixed={"data.path": str(tiny_corpus)})
   line = capsys.readouterr().out.strip()
   assert line.startswith("recipe: 400 pairs, ") and "s each, estimated)" in line and " passes -> " in line
   assert line.endswith("model.vocab_size 8000 (any examples), model.dropout_rate 0.1 (any passes)")

@@ -18,7 +18,7 @@ from jformer.train.loop import train_and_evaluate
 
 def train_section(**values):
   """configs/small.py's train section with `values`, checked as any config is."""
-  return config_lib.load(SMALL, {f"train.{key}": value for key, value in values.items()}).train
+  return config_lib.run_settings(config_lib.load(SMALL, {f"train.{key}": value for key, value in values.items()})).train
 
 
 def test_window_spaces_the_checkpoints_evenly_over_the_last_span_ending_at_the_last_step():

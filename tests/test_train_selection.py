@@ -29,7 +29,7 @@ BLEU_BY_STEP = {3: 1.0, 6: 5.0, 9: 2.0, 12: 3.0, 15: 4.0, 18: 6.0}
 
 
 def train_section(**values):
-  return config_lib.load(SMALL, {f"train.{key}": value for key, value in values.items()}).train
+  return config_lib.run_settings(config_lib.load(SMALL, {f"train.{key}": value for key, value in values.items()})).train
 
 
 def test_best_of_takes_the_first_best_value_and_counts_the_evaluations_after_it():

@@ -3,6 +3,7 @@
     config = load("configs/demo.py", {"train.steps": "100"})   # read, override, import plug-ins, validate, lock
     config = load_run(workdir)                                # the config a trained run wrote, validated
     write_run(config, workdir)                                # a run's config.json and its checksum
+    settings = run_settings(config)                           # what training reads: frozen, typed sections
 
 Every field is declared once (`schema`: default, meaning, allowed values, identity; the model section is
 `jformer.models.TransformerConfig`). Configs are locked ConfigDicts: an unknown key, set by a config file or an
@@ -28,6 +29,7 @@ from jformer.config.identity import (EVAL_KEYS, changed_keys, check_same_run, fr
                                      read_run, record_config, write_run)
 from jformer.config.overrides import flatten, set_value
 from jformer.config.schema import SECTIONS, base_config, declared
+from jformer.config.settings import RunSettings, run_settings
 from jformer.config.validation import THIS_MACHINE, validate
 from jformer.decode.search import check_options
 
@@ -75,7 +77,6 @@ def checked(config: ml_collections.ConfigDict, *, backend: str | None = THIS_MAC
   return config
 
 
-__all__ = ["EVAL_KEYS", "SECTIONS", "THIS_MACHINE", "base_config", "changed_keys", "check_same_run", "checked",
-           "declared", "flatten", "from_values", "import_file", "import_plugins", "is_identity", "load", "load_run",
-           "read", "read_run", "record_config", "set_value", "validate",
-           "write_run"]
+__all__ = ["EVAL_KEYS", "SECTIONS", "THIS_MACHINE", "RunSettings", "base_config", "changed_keys", "check_same_run",
+           "checked", "declared", "flatten", "from_values", "import_file", "import_plugins", "is_identity", "load",
+           "load_run", "read", "read_run", "record_config", "run_settings", "set_value", "validate", "write_run"]

@@ -9,7 +9,7 @@ input does not exceed gives the value; the last bracket's bound is None (any lar
     )
 
 reads "up to 20,000 pairs: a vocabulary of 2000; up to 60,000: 4000; more: 8000" and "up to 2 passes over the
-data: dropout 0.1; ...". `jformer.train.recipe` measures the inputs and applies the rules at the start of a new run.
+data: dropout 0.1; ...". `jformer.config.adaptive` measures the inputs and applies the rules at the start of a new run.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import dataclasses
 from typing import Any, Sequence
 
 # Input -> what it measures. The corpus inputs are read from the training files; the step inputs are estimated from
-# the config the corpus rules chose (`jformer.train.recipe.estimate_steps`).
+# the config the corpus rules chose (`jformer.config.adaptive.estimate_step_seconds`).
 CORPUS_INPUTS = {
     "examples": "sentence pairs (or documents) of the train split",
     "words": "whitespace-separated words of the train split, both sides",

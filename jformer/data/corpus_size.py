@@ -1,5 +1,5 @@
 """The size of a folder dataset's training split, read from its files before anything is prepared: what an adaptive
-recipe (`train.recipe`, `jformer.train.recipe`) chooses from.
+recipe (`train.recipe`, `jformer.config.adaptive`) chooses from.
 
     size = measure("parallel_text", "")     # the bundled corpus: CorpusSize(examples=111147, words=..., bytes=...)
 """

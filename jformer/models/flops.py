@@ -1,5 +1,5 @@
 """Matmul FLOPs of a Transformer train step: what benchmarks divide by a step's time (model FLOP/s, MFU) and what
-`jformer.train.recipe` divides by the machine's measured matmul rate to estimate the steps a time budget buys.
+`jformer.config.adaptive` divides by the machine's measured matmul rate to estimate the steps a time budget buys.
 
 Counted: the matrix products only (2 FLOPs per multiply-add), full T x T attention, the backward pass as twice the
 forward (Kaplan et al. 2020's 6N per token, with attention's score and value products added). Not counted: norms,

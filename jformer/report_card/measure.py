@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jformer import config as config_lib
 from jformer import tasks
 from jformer.decode import generator
 from jformer.ops.tokens import UNK_ID
@@ -41,7 +42,7 @@ def train_step(config, reps: int) -> dict:
   shape = (config.data.batch_size, config.data.max_length)
   tokens = np.random.default_rng(0).integers(UNK_ID + 1, config.model.vocab_size, shape, dtype=np.int32)
   batch = {"inputs": tokens, "targets": tokens}
-  runner = make_runner(config, model, tx, schedule, batch)
+  runner = make_runner(config_lib.run_settings(config), model, tx, schedule, batch)
   state = runner.init_state(jax.random.PRNGKey(0))
   temp_bytes = runner.step_temp_bytes(state, batch)
   holder = {"state": state}

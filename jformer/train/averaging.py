@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from jformer import checkpoint
+from jformer.config.schema import TrainSection
 from jformer.parallel import say
 
 
@@ -30,22 +31,21 @@ def window(total_steps: int, count: int, span: float) -> tuple[int, ...]:
   return tuple(sorted({round(first + k * (total_steps - first) / (count - 1)) for k in range(count)}))
 
 
-def averaged_steps(train_config, total_steps: int, saved: list[int]) -> list[int]:
+def averaged_steps(train: TrainSection, total_steps: int, saved: list[int]) -> list[int]:
   """The saved steps to average: those of `window` that were saved (a run whose plan moved its window after some of
   its steps passed keeps fewer), or without a span the last `train.average_checkpoints` saved."""
-  if train_config.average_span:
-    return [step for step in window(total_steps, train_config.average_checkpoints, train_config.average_span)
-            if step in saved]
-  return saved[-train_config.average_checkpoints:]
+  if train.average_span:
+    return [step for step in window(total_steps, train.average_checkpoints, train.average_span) if step in saved]
+  return saved[-train.average_checkpoints:]
 
 
-def choose(train_config, workdir, total_steps: int, final_params: Any, final_loss: float,
+def choose(train: TrainSection, workdir, total_steps: int, final_params: Any, final_loss: float,
            evaluate: Callable[[Any], dict]) -> tuple[Any, dict]:
   """(the parameters to test, results.json entries): the mean of `averaged_steps` where its valid loss
   (`evaluate(params)["loss"]`) is no higher than `final_loss` (the last step's), else `final_params`."""
   directory = checkpoint.checkpoints_dir(workdir)
   with checkpoint.Checkpointer(directory, read_only=True) as saved:
-    steps = averaged_steps(train_config, total_steps, saved.all_steps())
+    steps = averaged_steps(train, total_steps, saved.all_steps())
   if len(steps) < 2:
     say(f"checkpoint averaging: {len(steps)} of the averaged checkpoints saved; testing the last step's parameters")
     return final_params, {"averaged_steps": steps, "tested_params": "final"}

@@ -55,6 +55,8 @@ import numpy as np
 from etils import epath
 from jax.experimental import multihost_utils
 
+from jformer.config import RunSettings
+from jformer.config.schema import TrainSection
 from jformer.parallel import say
 from jformer.train.optim import cooldown_steps
 from jformer.train.progress import write_json
@@ -127,14 +129,14 @@ def replan_step(plan_step: int, planned_steps: int, cooldown_fraction: float) ->
   return plan_step + max(math.floor(REPLAN_FRACTION * (cooldown_from - plan_step)), 1)
 
 
-def stored_plan(config, workdir: epath.PathLike) -> dict:
+def stored_plan(train: TrainSection, workdir: epath.PathLike) -> dict:
   """The plan in `<workdir>/budget.json` of a budgeted run ({} if none, or without a budget).
 
   Raises:
     ValueError: the workdir holds the plan of another `train.budget_minutes` (checked before anything is written).
   """
   path = epath.Path(workdir) / PLAN_FILE
-  minutes = float(config.train.budget_minutes)
+  minutes = float(train.budget_minutes)
   if not minutes or not path.exists():
     return {}
   plan = json.loads(path.read_text())
@@ -151,18 +153,18 @@ class Budget:
   made again at `replan_step`, or read from `<workdir>/budget.json` on resume). `total_steps` is None until planned;
   `final` says whether it can still change (the cool-down's schedule compiles once it cannot)."""
 
-  def __init__(self, config, workdir: epath.PathLike, start_step: int):
-    self.minutes = float(config.train.budget_minutes)
-    self.eval_every, self.warmup_steps = config.train.eval_every, config.optimizer.warmup_steps
-    self.cooldown_fraction = float(config.optimizer.cooldown_fraction)
+  def __init__(self, settings: RunSettings, workdir: epath.PathLike, start_step: int):
+    self.minutes = float(settings.train.budget_minutes)
+    self.eval_every, self.warmup_steps = settings.train.eval_every, settings.optimizer.warmup_steps
+    self.cooldown_fraction = float(settings.optimizer.cooldown_fraction)
     self.recompiles = bool(self.cooldown_fraction)  # the loop compiles the steps again after the final plan.
     self._created = time.perf_counter()  # just before the first (compiling) step.
     self.path = epath.Path(workdir) / PLAN_FILE
     self.start_step, self.plan_step, self.replan_step = start_step, None, None  # fixed as the run goes.
     self._measure_from = start_step + WARMUP_STEPS  # the timed window begins after this step.
     self._clock = self._measure_start = None
-    self.plan = stored_plan(config, workdir)
-    self.total_steps = self.plan.get("planned_steps") if self.minutes else config.train.steps
+    self.plan = stored_plan(settings.train, workdir)
+    self.total_steps = self.plan.get("planned_steps") if self.minutes else settings.train.steps
     self.final = self.total_steps is not None  # a stored plan is kept as it is (no new measurement on resume).
     if self.plan:
       say(f"budget: {self.total_steps} steps planned for {self.minutes:g} minutes ({self.path})")

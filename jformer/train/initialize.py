@@ -12,23 +12,24 @@ from flax import traverse_util
 
 from jformer import checkpoint, data, paths
 from jformer import config as config_lib
+from jformer.config import RunSettings
 from jformer.data.workdir import VOCAB_CHECKSUM
 from jformer.parallel import say
 
 
-def check_source(config, workdir: epath.PathLike) -> None:
+def check_source(settings: RunSettings, workdir: epath.PathLike) -> None:
   """Refuses, before anything is written, a `train.initialize_from` that is not a run, or a run that would train its
   own vocabulary instead of the source's (naming the file to give as data.vocab_path)."""
-  if not config.train.initialize_from or (epath.Path(workdir) / "checkpoints").exists():
+  if not settings.train.initialize_from or (epath.Path(workdir) / "checkpoints").exists():
     return
-  source = paths.absolute(config.train.initialize_from)
+  source = paths.absolute(settings.train.initialize_from)
   source_vocab = data.vocab_path(config_lib.read_run(source), source)
-  if not config.data.vocab_path:
+  if not settings.data.vocab_path:
     raise ValueError(f"train.initialize_from={source}: its parameters belong to its vocabulary; set "
                      f"--config.data.vocab_path={source_vocab}")
 
 
-def start_from(config, workdir: epath.PathLike, runner, state):
+def start_from(settings: RunSettings, workdir: epath.PathLike, runner, state):
   """`state` (freshly initialised) with every parameter the source run has at the same path copied from its
   checkpoint (`load_run_params`: averaged if any, else the latest); the others keep their initial values (a new
   variant's own), named in one line.
@@ -37,8 +38,8 @@ def start_from(config, workdir: epath.PathLike, runner, state):
     ValueError: the source was trained on another vocabulary than this run's, a parameter of both has another
       shape, or a source parameter has no place in this model (another depth or width: not the same model).
   """
-  source = paths.absolute(config.train.initialize_from)
-  problem = paths.checksum_problem(data.vocab_path(config, workdir), source / "vocab" / VOCAB_CHECKSUM)
+  source = paths.absolute(settings.train.initialize_from)
+  problem = paths.checksum_problem(data.vocab_path(settings.config, workdir), source / "vocab" / VOCAB_CHECKSUM)
   if problem:
     raise ValueError(f"train.initialize_from={source} was trained on another vocabulary ({problem}); set "
                      "data.vocab_path to the vocabulary file in its vocab/ folder")

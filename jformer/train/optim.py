@@ -6,6 +6,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 import optax
 
+from jformer.config.schema import OptimizerSection
+
 
 def cooldown_steps(total_steps: int | None, cooldown_fraction: float) -> int:
   """C, the cool-down's length: round(f * S) steps, at least 1 (0 without a fraction or a total)."""
@@ -38,13 +40,13 @@ def paper_schedule(d_model: int, warmup_steps: int, scale: float = 1.0, *, total
   return schedule
 
 
-def build_optimizer(optimizer_config, d_model: int, total_steps: int | None = None):
-  """(optax transformation, learning-rate schedule) from `config.optimizer`, for a run of `total_steps` steps (its
+def build_optimizer(optimizer: OptimizerSection, d_model: int, total_steps: int | None = None):
+  """(optax transformation, learning-rate schedule) of the `optimizer` settings, for a run of `total_steps` steps (its
   cool-down, if `optimizer.cooldown_fraction` > 0; None: not known yet, eq. 3 alone)."""
-  schedule = paper_schedule(d_model, optimizer_config.warmup_steps, optimizer_config.learning_rate_scale,
-                            total_steps=total_steps, cooldown_fraction=optimizer_config.cooldown_fraction)
-  adam = optax.adamw(schedule, b1=optimizer_config.b1, b2=optimizer_config.b2, eps=optimizer_config.eps,
-                     weight_decay=optimizer_config.weight_decay)
-  if optimizer_config.grad_clip_norm > 0:
-    return optax.chain(optax.clip_by_global_norm(optimizer_config.grad_clip_norm), adam), schedule
+  schedule = paper_schedule(d_model, optimizer.warmup_steps, optimizer.learning_rate_scale,
+                            total_steps=total_steps, cooldown_fraction=optimizer.cooldown_fraction)
+  adam = optax.adamw(schedule, b1=optimizer.b1, b2=optimizer.b2, eps=optimizer.eps,
+                     weight_decay=optimizer.weight_decay)
+  if optimizer.grad_clip_norm > 0:
+    return optax.chain(optax.clip_by_global_norm(optimizer.grad_clip_norm), adam), schedule
   return adam, schedule

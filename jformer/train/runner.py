@@ -10,6 +10,7 @@ any other.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import flax.linen as nn
@@ -21,6 +22,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jformer import axes, parallel
 from jformer.axes import PMAP_AXIS
+from jformer.config import RunSettings
+from jformer.config.schema import ParallelSection
 from jformer.train.state import init_train_state
 from jformer.train.step import add_to_totals, make_eval_step, make_train_step, new_totals
 
@@ -75,7 +78,7 @@ class MeshRunner(_MetricTotals):
                example_batch: dict, allowed_skips: int = 0, attention_transfer: int = 0):
     if model.mesh is None:
       raise ValueError("the mesh runner runs a model built with its mesh (tasks.build_model(config, "
-                       "mesh=runner.placement(config.parallel)), or use make_runner")
+                       "mesh=runner.placement(settings.parallel)), or use make_runner")
     self.mesh = model.mesh.mesh
     self.model, self.tx = model, tx
     boxed = jax.eval_shape(lambda rng: init_train_state(model, tx, rng, example_batch, boxed=True),
@@ -250,24 +253,22 @@ def eval_step_for_host_params(runner, params):
                                                      local_batch)
 
 
-def placement(parallel_config) -> axes.Placement | None:
+def placement(settings: ParallelSection) -> axes.Placement | None:
   """The mesh the model is built with (`tasks.build_model(config, mesh=...)`): `parallel.mode='mesh'`'s, over the
   configured axes; None under pmap (each device runs the whole step on its own rows)."""
-  if parallel_config.mode != parallel.MESH:
+  if settings.mode != parallel.MESH:
     return None
-  return axes.Placement(parallel.make_mesh(parallel_config), context_strategy=parallel_config.context_strategy)
+  return axes.Placement(parallel.make_mesh(dataclasses.asdict(settings)), context_strategy=settings.context_strategy)
 
 
-def make_runner(config, model, tx, schedule, example_batch: dict):
-  """The runner `config.parallel.mode` names, for `model` and the optimizer. The model runs on the mesh it was built
-  with (`tasks.build_model(config, mesh=placement(config.parallel))`, as the train loop builds it); one built
-  without (a test's, a benchmark's) is given `placement(config.parallel)` here."""
-  wanted = placement(config.parallel) if model.mesh is None else model.mesh
-  if config.parallel.mode != parallel.MESH:
-    wanted = None
+def make_runner(settings: RunSettings, model, tx, schedule, example_batch: dict):
+  """The runner `parallel.mode` names, for `model` and the optimizer. The model runs on the mesh it was built with
+  (`tasks.build_model(config, mesh=placement(settings.parallel))`, as the train loop builds it); one built without
+  (a test's, a benchmark's) is given `placement(settings.parallel)` here."""
+  mode, train = settings.parallel.mode, settings.train
+  wanted = None if mode != parallel.MESH else placement(settings.parallel) if model.mesh is None else model.mesh
   if wanted is not model.mesh:
     model = model.clone(mesh=wanted)
-  return RUNNERS[config.parallel.mode](model, tx, schedule, label_smoothing=config.train.label_smoothing,
-                                       grad_accumulation_steps=config.train.grad_accumulation_steps,
-                                       example_batch=example_batch, allowed_skips=config.train.skip_nonfinite_updates,
-                                       attention_transfer=config.train.attention_transfer)
+  return RUNNERS[mode](model, tx, schedule, label_smoothing=train.label_smoothing, example_batch=example_batch,
+                       grad_accumulation_steps=train.grad_accumulation_steps,
+                       allowed_skips=train.skip_nonfinite_updates, attention_transfer=train.attention_transfer)

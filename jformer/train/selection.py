@@ -35,6 +35,7 @@ from typing import Any, Callable
 from etils import epath
 
 from jformer import checkpoint
+from jformer.config.schema import TrainSection
 from jformer.parallel import say
 from jformer.tasks.metrics import KEPT_METRICS, NO_KEPT_METRIC
 from jformer.train.progress import write_json
@@ -53,12 +54,12 @@ def best_of(history: list[list], higher_is_better: bool) -> tuple[int | None, fl
   return best_step, best_value, since
 
 
-def patience_ended(train_config, workdir: epath.PathLike) -> bool:
+def patience_ended(train: TrainSection, workdir: epath.PathLike) -> bool:
   """Whether the run in `workdir` has had `train.patience` evaluations in a row without a gain (its best.json)."""
   state = checkpoint.read_best(workdir)
-  if not train_config.patience or state.get("metric") != train_config.keep_best:
+  if not train.patience or state.get("metric") != train.keep_best:
     return False
-  return best_of(state["history"], KEPT_METRICS[state["metric"]])[2] >= train_config.patience
+  return best_of(state["history"], KEPT_METRICS[state["metric"]])[2] >= train.patience
 
 
 class KeptBest:
@@ -68,8 +69,8 @@ class KeptBest:
   logged, saves the step when `step` names it, stops when `exhausted`, and tests what `choose` gives.
   """
 
-  def __init__(self, train_config, task, workdir: epath.PathLike, checkpointer: checkpoint.Checkpointer):
-    self.metric, self.patience = train_config.keep_best, train_config.patience
+  def __init__(self, train: TrainSection, task, workdir: epath.PathLike, checkpointer: checkpoint.Checkpointer):
+    self.metric, self.patience = train.keep_best, train.patience
     self.active = self.metric != NO_KEPT_METRIC
     self.higher_is_better = KEPT_METRICS.get(self.metric, False)
     self.task, self.workdir, self.checkpointer = task, workdir, checkpointer

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jformer.config import RunSettings
 from jformer.models import TransformerConfig, surgery
 from jformer.models.layers import TRANSFER
 from jformer.train import optim
@@ -76,15 +77,15 @@ def freezing(tx: optax.GradientTransformation, *, transfer_steps: int, own: Call
   return optax.GradientTransformation(init, update)
 
 
-def run_optimizer(config, total_steps: int | None = None):
+def run_optimizer(settings: RunSettings, total_steps: int | None = None):
   """(optax transformation, schedule) of a run: `optim.build_optimizer`, wrapped by `freezing` when the run
   transfers attention or trains only some parameters (`train.attention_transfer`, `train.trainable`)."""
-  tx, schedule = optim.build_optimizer(config.optimizer, config.model.d_model, total_steps)
-  if not config.train.attention_transfer and not config.train.trainable:
+  tx, schedule = optim.build_optimizer(settings.optimizer, settings.model.d_model, total_steps)
+  train = settings.train
+  if not train.attention_transfer and not train.trainable:
     return tx, schedule
-  model_config = TransformerConfig.from_config(config.model)
-  return freezing(tx, transfer_steps=config.train.attention_transfer, own=own_parameter(model_config),
-                  trainable=trainable_parameter(config.train.trainable)), schedule
+  return freezing(tx, transfer_steps=train.attention_transfer, own=own_parameter(settings.model),
+                  trainable=trainable_parameter(train.trainable)), schedule
 
 
 def transfer_loss(model, params, batch: dict) -> jax.Array:

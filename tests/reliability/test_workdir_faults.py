@@ -110,7 +110,7 @@ HARMLESS = {"train.steps": 2, "train.log_every": 1, "train.eval_every": 2, "trai
 def test_harmless_changes_are_taken_and_named(written_run, tiny_corpus, tmp_path, caplog):
   workdir, config_json = written_run
   (tmp_path / "config.json").write_text(config_json)
-  check_resume(load(tiny_corpus, **HARMLESS), tmp_path)
+  check_resume(config_lib.run_settings(load(tiny_corpus, **HARMLESS)), tmp_path)
   config_lib.write_run(load(tiny_corpus, **HARMLESS), tmp_path)
   assert "train.steps 1 -> 2" in caplog.text and "model.dropout_rate 0.0 -> 0.2" in caplog.text
   written = json.loads((tmp_path / "config.json").read_text())
