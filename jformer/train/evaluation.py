@@ -35,16 +35,16 @@ def evaluate_run(workdir: epath.PathLike, overrides: dict | None = None, *, spli
   """
   if split not in SPLITS:
     raise ValueError(f"unknown split '{split}'; evaluate one of {SPLITS}")
-  config = config_lib.load_run(workdir, overrides, may_change=config_lib.EVAL_KEYS)
+  settings = config_lib.run_settings(config_lib.load_run(workdir, overrides, may_change=config_lib.EVAL_KEYS))
+  config, length = settings.config, settings.data.max_length  # the config, for the task's layers to read.
   model = tasks.build_model(config)
   used = checkpoint.which_params(workdir, which)  # resolved once: a fallback is said once, and recorded.
   params = checkpoint.load_run_params(workdir, used, model=model)
   task = tasks.make_task(config, workdir, data.load_tokenizer(config, workdir))
   step = jax.jit(make_eval_step(model))
   results = task.score_split(model, params, lambda p, batch: jax.device_get(step(p, batch)), split)
-  results = {"split": split, "max_length": config.data.max_length, "checkpoint": which,
-             "checkpoint_used": used, **results}
-  path = epath.Path(workdir) / f"evaluate_{split}_{config.data.max_length}.json"
+  results = {"split": split, "max_length": length, "checkpoint": which, "checkpoint_used": used, **results}
+  path = epath.Path(workdir) / f"evaluate_{split}_{length}.json"
   write_json(path, results)
   return results, path
 

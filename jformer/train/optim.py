@@ -45,8 +45,7 @@ def build_optimizer(optimizer: OptimizerSection, d_model: int, total_steps: int 
   cool-down, if `optimizer.cooldown_fraction` > 0; None: not known yet, eq. 3 alone)."""
   schedule = paper_schedule(d_model, optimizer.warmup_steps, optimizer.learning_rate_scale,
                             total_steps=total_steps, cooldown_fraction=optimizer.cooldown_fraction)
-  adam = optax.adamw(schedule, b1=optimizer.b1, b2=optimizer.b2, eps=optimizer.eps,
-                     weight_decay=optimizer.weight_decay)
+  adam = optax.adamw(schedule, b1=optimizer.b1, b2=optimizer.b2, eps=optimizer.eps, weight_decay=optimizer.weight_decay)
   if optimizer.grad_clip_norm > 0:
     return optax.chain(optax.clip_by_global_norm(optimizer.grad_clip_norm), adam), schedule
   return adam, schedule
