@@ -80,24 +80,27 @@ class AttentionVariant:
     option_types: {option name: int, float or None}: an int option takes a positive int (sizes, windows,
       chunks), a float option a number; from the default, or the annotation of a required option.
     params: {name: Param}: the learned parameters it reads (`params=` argument); MultiHeadAttention creates them.
-    captures: {name: Capture}: the per-token tensors it reads (`captures=` argument), which MultiHeadAttention
-      computes from the layer's input (`jformer.attention.capture`).
+      Their shapes may name MODEL_DIMS and the variant's options.
+    captures: {name: Capture}: the per-token tensors it reads (`captures={"q": {name: [B, T, H]}, "kv": {name:
+      [B, S, H]}}`), which MultiHeadAttention computes from the layer's input (`jformer.attention.capture`).
     weights: `weights(query, key, **masking, [params=...], **options) -> [B, H, T, S]`, the attention weights it
-      applies to the values (attention maps, and the reference below), or None if it has none.
+      applies to the values (attention maps, and the reference below): `softmax_weights` for a variant that
+      computes softmax attention; None if it has none (it then needs a `reference`).
     reference: `reference(query, key, value, **signature, [params=...], **options)`, the explicit formula the
       test matrix checks `fn` against: by default the weights times the values.
-    example_options: options that make it run at test sizes (the tests use them all; sweeps and benchmarks take
-      only the values of required options from them, `runnable_options`).
+    example_options: options that make it run at test sizes, needed for its required options (the tests use them
+      all; sweeps and benchmarks take only the values of required options from them, `runnable_options`).
     doc: one line for `jformer list attention`.
-    platforms: the JAX backends it is built for (e.g. {"gpu"}: a cuDNN or Triton kernel), None for any; elsewhere
-      it may refuse (cuDNN) or run slowly (a Pallas kernel in the interpreter).
+    platforms: the JAX backends it is built for ("cpu", "gpu", "tpu"; e.g. {"gpu"}: a cuDNN or Triton kernel),
+      None for any; elsewhere it may refuse (cuDNN) or run slowly (a Pallas kernel in the interpreter).
     limits: `limits(query, key, value, **masking) -> str | None`: why it cannot run a call of these shapes,
       dtypes, backend or argument values (a declared feature it takes only in some form), None if it can; the
       call is then refused naming the reason, and `auto` falls back to the next kernel.
     auto_priority: for a library kernel, its rank among its backend's kernels when `auto` chooses (highest first);
       None for a variant `auto` never picks.
     decode_state: what it keeps between decode steps (`jformer.attention.decode_state`): every key and value
-      (FULL), those of a window, or a recurrent state of its own.
+      (FULL, the default), those of a window (`window("window_size")`), or a recurrent state of its own
+      (`recurrent(init, step)`).
     reads_positions: it reads absolute positions (a flex variant's own functions may), so the model passes them
       even where the index and the segment ids imply its masking (packed training rows), where it drops them for
       the others so that the library kernels take the call.
@@ -191,38 +194,17 @@ def _declare(name: str, fn: Callable, *, supports, params: Mapping[str, Param] |
              decode_state: DecodeState = FULL, captures: Mapping[str, Capture] | None = None,
              reads_positions: bool = False, splits_sequence: bool = False) -> AttentionVariant:
   """The entry of a variant registered with `register` (checks its declaration against its function)."""
-  unknown = set(supports) - set(FEATURES)
-  if unknown:
-    raise ValueError(f"unknown features {sorted(unknown)} for '{name}'; features are {FEATURES}")
-  params = dict(params or {})
-  if auto_priority is not None and not platforms:
-    raise ValueError(f"attention variant '{name}': auto_priority= ranks a kernel among the kernels of its backend, "
-                     "so it needs platforms= (e.g. platforms={'gpu'})")
-  parameters = inspect.signature(fn).parameters
-  takes_rest = any(p.kind == p.VAR_KEYWORD for p in parameters.values())  # `**masking` takes the signature
-  lacking = [] if takes_rest else sorted(set(_declared(supports, SIGNATURE)) - set(parameters))
-  if lacking:
-    raise ValueError(f"attention variant '{name}' must accept the keyword arguments {lacking} (the one "
-                     "signature, see jformer/attention/__init__.py)")
-  captures = dict(captures or {})
-  for argument, declared in (("params", params), ("captures", captures)):
-    if bool(declared) != (argument in parameters):
-      raise ValueError(f"attention variant '{name}': a function declaring {argument}= must take a `{argument}` "
-                       "keyword argument, and only then")
-  if not all(isinstance(c, Capture) for c in captures.values()):
-    raise ValueError(f"attention variant '{name}': captures= maps names to jformer.attention.Capture(fn)")
+  declared, parameters = frozenset(supports), inspect.signature(fn).parameters
+  _check_signature(name, declared, parameters, platforms, auto_priority)
+  params, captures = dict(params or {}), dict(captures or {})
+  _check_reserved(name, parameters, params, captures)
   option_parameters = [p for p in parameters.values()
                        if p.kind == p.KEYWORD_ONLY and p.name not in SIGNATURE and p.name not in RESERVED]
-  options = {p.name: p.default for p in option_parameters}
-  types = {p.name: option_type(p) for p in option_parameters}
-  declared = frozenset(supports)
+  options, types = {p.name: p.default for p in option_parameters}, {p.name: option_type(p) for p in option_parameters}
   decode_state.check(name, declared, options)
   if splits_sequence and "mesh" not in parameters:
     raise ValueError(f"attention variant '{name}': splits_sequence=True runs a split sequence on the `mesh` its "
                      "function takes, so it needs a `mesh` keyword argument")
-  split = _SplitSupport(splits_sequence, weights is softmax_weights and not params, bool(captures) or reads_positions)
-  guard = functools.partial(_guarded, name, declared, params, captures, options, types, limits, "mesh" in parameters,
-                            split)
   examples = dict(example_options or {})
   try:
     _check_options(name, options, types, examples)
@@ -233,6 +215,9 @@ def _declare(name: str, fn: Callable, *, supports, params: Mapping[str, Param] |
                      "it computes. Since jformer 0.2 weights= has no default (it was softmax attention's, which drew "
                      "softmax maps for variants that are not softmax); a variant that computes softmax attention "
                      "passes weights=jformer.attention.softmax_weights, another its own weights or a reference=")
+  guard = functools.partial(_guarded, _Declaration(
+      name, declared, params, captures, options, types, limits, "mesh" in parameters, splits_sequence,
+      softmax=weights is softmax_weights and not params, reads_whole_row=bool(captures) or reads_positions))
   return AttentionVariant(
       name=name, fn=guard(fn), supports=declared | {"gqa"}, options=options, option_types=types, params=params,
       weights=None if weights is None else guard(_without_dropout(weights), repeat=False, limited=False),
@@ -241,6 +226,35 @@ def _declare(name: str, fn: Callable, *, supports, params: Mapping[str, Param] |
       platforms=None if platforms is None else frozenset(platforms), limits=limits, auto_priority=auto_priority,
       decode_state=decode_state, captures=captures, reads_positions=reads_positions,
       splits_sequence=splits_sequence)
+
+
+def _check_signature(name: str, supports: frozenset, parameters: Mapping[str, inspect.Parameter], platforms,
+                     auto_priority: int | None) -> None:
+  """Raises ValueError for an unknown feature, an `auto_priority` without `platforms`, or a function that does not
+  take the signature's arguments of the features it declares (`parameters`: its own)."""
+  unknown = set(supports) - set(FEATURES)
+  if unknown:
+    raise ValueError(f"unknown features {sorted(unknown)} for '{name}'; features are {FEATURES}")
+  if auto_priority is not None and not platforms:
+    raise ValueError(f"attention variant '{name}': auto_priority= ranks a kernel among the kernels of its backend, "
+                     "so it needs platforms= (e.g. platforms={'gpu'})")
+  takes_rest = any(p.kind == p.VAR_KEYWORD for p in parameters.values())  # `**masking` takes the signature
+  lacking = [] if takes_rest else sorted(set(_declared(supports, SIGNATURE)) - set(parameters))
+  if lacking:
+    raise ValueError(f"attention variant '{name}' must accept the keyword arguments {lacking} (the one "
+                     "signature, see jformer/attention/__init__.py)")
+
+
+def _check_reserved(name: str, parameters: Mapping[str, inspect.Parameter], params: Mapping[str, Param],
+                    captures: Mapping[str, Capture]) -> None:
+  """Raises ValueError unless the function takes `params`/`captures` exactly when it declares them, and the
+  captures are `Capture`s."""
+  for argument, declared in (("params", params), ("captures", captures)):
+    if bool(declared) != (argument in parameters):
+      raise ValueError(f"attention variant '{name}': a function declaring {argument}= must take a `{argument}` "
+                       "keyword argument, and only then")
+  if not all(isinstance(c, Capture) for c in captures.values()):
+    raise ValueError(f"attention variant '{name}': captures= maps names to jformer.attention.Capture(fn)")
 
 
 REGISTRY: Registry[AttentionVariant] = Registry("attention variant", declare=_declare, details=_details)
@@ -255,33 +269,10 @@ def register(name: str, *, supports, params: Mapping[str, Param] | None = None, 
 
   The function takes the full signature, by name or as `**masking` (and `params` when it declares parameters,
   `captures` when it declares captures, `mesh` when it runs per device on a mesh: a `jformer.axes.Placement` or
-  None); its extra keyword-only
-  parameters are its options (from `model.attention_options`), required when they have no default; an int
-  option takes a positive int, a float option a number. It only sees the features it declares: a call asking
-  for another one is refused, with the feature named.
-
-  Args:
-    supports: the FEATURES it supports.
-    params: {name: `jformer.registry.Param`}: learned parameters, created by MultiHeadAttention and passed as
-      `params={name: array}`; shapes may name MODEL_DIMS and the variant's options.
-    weights: its attention weights as a function, `[B, H, T, S]` (`softmax_weights` for a variant that computes
-      softmax attention); None if it has none, and then a `reference` (it then has no attention maps).
-    reference: its explicit formula; default the weights times the values.
-    example_options: options that make it run at test sizes; needed when it has required options (sweeps and
-      benchmarks run it with these values of them, `AttentionVariant.runnable_options`).
-    platforms: the JAX backends it is built for ("cpu", "gpu", "tpu"); None (default) for any.
-    limits: `limits(query, key, value, **masking) -> str | None`, the reason it cannot run a call (shapes, dtype,
-      backend, a form of a declared feature it cannot take), checked before every call (`AttentionVariant`).
-    auto_priority: a library kernel that `auto` may pick on its `platforms`: the highest priority that can
-      express a call runs it (`jformer.attention.auto`). None: `auto` never picks it.
-    decode_state: what it keeps between decode steps (`jformer.attention.decode_state`): FULL (default), or
-      `window("window_size")`, or `recurrent(init, step)`.
-    captures: {name: `jformer.attention.Capture`}: per-token tensors the model computes from the layer input and
-      passes as `captures={"q": {name: [B, T, H]}, "kv": {name: [B, S, H]}}` (`jformer.attention.capture`).
-    reads_positions: the function reads absolute positions, so the model passes them for packed rows too
-      (`AttentionVariant.reads_positions`).
-    splits_sequence: its function (which takes `mesh`) runs a sequence split over the mesh's `sequence` axis itself;
-      default False: such calls run under `jformer.attention.context_parallel` (module doc there).
+  None); its extra keyword-only parameters are its options (from `model.attention_options`), required when they
+  have no default; an int option takes a positive int, a float option a number. It only sees the features it
+  declares: a call asking for another one is refused, with the feature named. The arguments set the
+  `AttentionVariant` attributes of the same names (documented there); `doc` defaults to its docstring's first line.
   """
   return REGISTRY.register(name, origin=caller(), supports=supports, params=params, weights=weights,
                            reference=reference, example_options=example_options, doc=doc, platforms=platforms,
@@ -310,22 +301,10 @@ def requested_features(*, causal=False, q_segment_ids=None, kv_segment_ids=None,
                        logits_softcap=0.0, window=None) -> set[str]:
   """The FEATURES a call with these keyword arguments uses (decode and gqa are shapes, not arguments)."""
   del dropout_rng
-  used = {"causal"} if causal else set()
-  if q_segment_ids is not None or kv_segment_ids is not None:
-    used.add("segment_ids")
-  if q_positions is not None or kv_positions is not None:
-    used.add("positions")
-  if mask is not None:
-    used.add("mask")
-  if bias is not None:
-    used.add("bias")
-  if dropout_rate > 0:
-    used.add("dropout")
-  if logits_softcap:
-    used.add("softcap")
-  if window is not None:
-    used.add("window")
-  return used
+  used = dict(causal=causal, segment_ids=q_segment_ids is not None or kv_segment_ids is not None,
+              positions=q_positions is not None or kv_positions is not None, mask=mask is not None,
+              bias=bias is not None, dropout=dropout_rate > 0, softcap=logits_softcap, window=window is not None)
+  return {feature for feature, asked in used.items() if asked}
 
 
 def _declared(supports, arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -347,65 +326,87 @@ def check_shapes(name: str, query: jax.Array, key: jax.Array, value: jax.Array |
                      "[batch, length, heads], and the query heads must be a multiple of the key/value heads")
 
 
-class _SplitSupport(NamedTuple):
-  """How a variant takes a sequence split over the mesh (`context_parallel`): whether its function runs the split
-  itself (`AttentionVariant.splits_sequence`), whether it is softmax attention (the ring computes only that), and
-  whether it reads what a share of the row does not hold (captured tensors, absolute positions: a flex variant's)."""
-  itself: bool
+class _Declaration(NamedTuple):
+  """What every call of a variant is checked against (`_guarded`): its registration's `name`, declared features
+  (`declared`; "gqa" only if it takes K < H heads itself), `params`, `captures`, `options` and their types, and
+  `limits`; whether its function takes the `mesh`; and how it takes a sequence split over the mesh
+  (`context_parallel`): whether its function runs the split itself (`AttentionVariant.splits_sequence`), whether
+  it is softmax attention (the ring computes only that), and whether it reads what a share of the row does not
+  hold (captured tensors, absolute positions: a flex variant's)."""
+  name: str
+  declared: frozenset
+  params: Mapping[str, Param]
+  captures: Mapping[str, Capture]
+  options: Mapping[str, Any]
+  option_types: Mapping[str, type | None]
+  limits: Callable | None
+  takes_mesh: bool
+  splits_sequence: bool
   softmax: bool
-  reads_whole_row: bool = False
+  reads_whole_row: bool
+
+  def checked(self, arguments: dict) -> dict:
+    """A call's `arguments` of the signature, without those of undeclared features (`_declared`); raises
+    ValueError for segment ids not given in pairs, a malformed window, or a feature it does not declare."""
+    if (arguments.get("q_segment_ids") is None) != (arguments.get("kv_segment_ids") is None):
+      raise ValueError(f"attention variant '{self.name}': q_segment_ids and kv_segment_ids must be given together")
+    window = arguments.get("window")
+    if window is not None and not _is_window(window):
+      raise ValueError(f"attention variant '{self.name}': window={window!r} must be (left, right), two ints >= 0: "
+                       "the keys seen before and after each query (a window size w is (w - 1, w - 1))")
+    refused = sorted(requested_features(**arguments) - self.declared)
+    if refused:
+      raise ValueError(f"attention variant '{self.name}' does not support {refused}, which this call asks for; it "
+                       f"supports {sorted(self.declared | {'gqa'})}. Pick another variant (known: {available()}).")
+    return _declared(self.declared, arguments)
+
+  def check_inputs(self, query, key, kwargs: dict) -> None:
+    """Raises ValueError unless a call's other keyword arguments (`kwargs`) hold the declared parameters and
+    captures (`[B, T, ...]` at the queries `[B, T, H, D]`, `[B, S, ...]` at the keys) and known options."""
+    given = kwargs.get("params")
+    if self.params and (given is None or set(given) != set(self.params)):
+      raise ValueError(f"attention variant '{self.name}' needs params={{{', '.join(sorted(self.params))}}} (its "
+                       f"declared parameters), got {None if given is None else sorted(given)}")
+    if self.captures:
+      capture_lib.check(self.name, self.captures, kwargs.get("captures"), query, key)
+    _check_options(self.name, self.options, self.option_types, {k: v for k, v in kwargs.items() if k not in RESERVED})
+
+  def split(self, mesh, query, key, arguments: dict) -> context_parallel.Split | None:
+    """How a call runs under `context_parallel` when `mesh` splits its tokens; None when the mesh does not, or the
+    variant's function runs the split itself (a softmax variant always runs the ring there)."""
+    how = context_parallel.split(mesh, query, key, causal=arguments.get("causal", False))
+    if how is not None and self.reads_whole_row:
+      raise ValueError(f"attention variant '{self.name}' reads captured tensors or absolute positions, which a "
+                       "share of a row split over the mesh's sequence axis does not hold; set parallel.sequence=1")
+    return how if how is not None and (not self.splits_sequence or (how.ring and self.softmax)) else None
 
 
-def _guarded(name: str, declared: frozenset, params: Mapping[str, Param], captures: Mapping[str, Capture],
-             options: Mapping[str, Any], option_types: Mapping[str, type | None], limits: Callable | None,
-             takes_mesh: bool, split: _SplitSupport, fn: Callable, *, repeat: bool = True,
-             limited: bool = True) -> Callable:
-  """`fn(query, key, [value,] **kwargs)` behind the checks every variant shares: shapes, segment ids given in
-  pairs, the refusal of undeclared features, option types, the declared parameters and captures, the variant's
-  `limits`
-  (`limited`; not for its weights/reference functions, plain JAX); key/value heads repeated for a variant that
-  does not declare "gqa" (`repeat`; weights/reference functions always get H heads). A `mesh=` argument reaches
-  `fn` only when its variant function takes one (`takes_mesh`, and not its weights/reference functions); when
-  the mesh splits the call's tokens, `fn` runs under `context_parallel` unless it runs the split itself (`split`;
-  a softmax variant always runs the ring there)."""
+def _guarded(variant: _Declaration, fn: Callable, *, repeat: bool = True, limited: bool = True) -> Callable:
+  """`fn(query, key, [value,] **kwargs)` (`[B, T, H, D]`, `[B, S, K, D]`, `[B, S, K, Dv]`) behind the checks every
+  variant shares: shapes, the signature's arguments (`_Declaration.checked`), the declared parameters, captures
+  and options, the variant's `limits` (`limited`; not for its weights/reference functions, plain JAX); key/value
+  heads repeated to H for a variant that does not declare "gqa" (`repeat`; weights/reference functions always get
+  H heads). A `mesh=` argument reaches `fn` only when its variant function takes one (and not its
+  weights/reference functions); when the mesh splits the call's tokens, `fn` runs under `context_parallel` unless
+  it runs the split itself (`_Declaration.split`)."""
 
   @functools.wraps(fn)
   def call(query, key, *value, mesh=None, **kwargs):
-    check_shapes(name, query, key, value[0] if value else None)
-    if takes_mesh and limited:
+    check_shapes(variant.name, query, key, value[0] if value else None)
+    if variant.takes_mesh and limited:
       kwargs["mesh"] = mesh
-    arguments = {k: kwargs.pop(k) for k in SIGNATURE if k in kwargs}
-    if (arguments.get("q_segment_ids") is None) != (arguments.get("kv_segment_ids") is None):
-      raise ValueError(f"attention variant '{name}': q_segment_ids and kv_segment_ids must be given together")
-    window = arguments.get("window")
-    if window is not None and not _is_window(window):
-      raise ValueError(f"attention variant '{name}': window={window!r} must be (left, right), two ints >= 0: the "
-                       "keys seen before and after each query (a window size w is (w - 1, w - 1))")
-    refused = sorted(requested_features(**arguments) - declared)
-    if refused:
-      raise ValueError(f"attention variant '{name}' does not support {refused}, which this call asks for; it "
-                       f"supports {sorted(declared | {'gqa'})}. Pick another variant (known: {available()}).")
-    arguments = _declared(declared, arguments)
-    given = kwargs.get("params")
-    if params and (given is None or set(given) != set(params)):
-      raise ValueError(f"attention variant '{name}' needs params={{{', '.join(sorted(params))}}} (its declared "
-                       f"parameters), got {None if given is None else sorted(given)}")
-    if captures:
-      capture_lib.check(name, captures, kwargs.get("captures"), query, key)
-    _check_options(name, options, option_types, {k: v for k, v in kwargs.items() if k not in RESERVED})
-    reason = limits(query, key, value[0] if value else key, **arguments) if limits and limited else None
+    arguments = variant.checked({k: kwargs.pop(k) for k in SIGNATURE if k in kwargs})
+    variant.check_inputs(query, key, kwargs)
+    reason = variant.limits(query, key, value[0] if value else key, **arguments) if variant.limits and limited else None
     if reason:
-      raise ValueError(f"attention variant '{name}' cannot run this call: {reason}. Pick another variant (known: "
-                       f"{available()}), or 'auto', which falls back by itself.")
-    if "gqa" not in declared or not repeat:
+      raise ValueError(f"attention variant '{variant.name}' cannot run this call: {reason}. Pick another variant "
+                       f"(known: {available()}), or 'auto', which falls back by itself.")
+    if "gqa" not in variant.declared or not repeat:
       key, *value = (repeat_kv(x, query.shape[2]) for x in (key, *value))
-    how = context_parallel.split(mesh, query, key, causal=arguments.get("causal", False)) if limited else None
-    if how is not None and split.reads_whole_row:
-      raise ValueError(f"attention variant '{name}' reads captured tensors or absolute positions, which a share of "
-                       "a row split over the mesh's sequence axis does not hold; set parallel.sequence=1")
-    if how is not None and (not split.itself or (how.ring and split.softmax)):
-      return context_parallel.attend(name, how, fn, query, key, value[0], arguments, kwargs,
-                                     positions="positions" in declared, softmax=split.softmax)
+    how = variant.split(mesh, query, key, arguments) if limited else None
+    if how is not None:
+      return context_parallel.attend(variant.name, how, fn, query, key, value[0], arguments, kwargs,
+                                     positions="positions" in variant.declared, softmax=variant.softmax)
     return fn(query, key, *value, **arguments, **kwargs)
 
   return call

@@ -20,7 +20,7 @@ from jformer import text
 from jformer.decode.common import expand_cache, flat_batch_beam_expand
 from jformer.decode.distributed import RowParallel, raw_key
 from jformer.decode.search import search
-from jformer.models.layers import CROSS_KEY, CROSS_VALUE
+from jformer.models.attention_cache import CROSS_KEY, CROSS_VALUE
 from jformer.ops.tokens import PAD_ID
 
 

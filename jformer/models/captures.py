@@ -57,7 +57,7 @@ def _running_sum(module: nn.Module, name: str, values_BxTx: jax.Array) -> jax.Ar
 
 
 def _full_cache(module: nn.Module, name: str, new_BxTx: jax.Array, positions_BxT: jax.Array) -> jax.Array:
-  """Writes the T new values at their slots (as `MultiHeadAttention._update_cache` writes keys) and returns every
+  """Writes the T new values at their slots (as `attention_cache.full` writes keys) and returns every
   slot's `[B, S, ...]`."""
   initialized = module.has_variable("cache", f"captured_{name}")
   cached = module.variable("cache", f"captured_{name}", jnp.zeros_like, new_BxTx)  # `init`: the decode length.
@@ -69,7 +69,7 @@ def _full_cache(module: nn.Module, name: str, new_BxTx: jax.Array, positions_BxT
 
 
 def _window_cache(module: nn.Module, name: str, new_BxTx: jax.Array, window: int) -> jax.Array:
-  """The W kept and the T new values `[B, W + T, ...]` (the slots `MultiHeadAttention._update_window` returns);
+  """The W kept and the T new values `[B, W + T, ...]` (the slots `attention_cache.window` returns);
   keeps the last W."""
   initialized = module.has_variable("cache", f"captured_{name}")
   cached = module.variable("cache", f"captured_{name}", jnp.zeros, (new_BxTx.shape[0], window) + new_BxTx.shape[2:],

@@ -6,16 +6,14 @@ Shapes: B batch, L (or T/S) length, D d_model, H heads, G key/value heads, K hea
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from jformer import axes
-from jformer.attention import decode_state as decode_state_lib
-from jformer.attention import repeat_kv
-from jformer.models import captures, norms, plugin_params
+from jformer.models import attention_cache, captures, norms, plugin_params
 from jformer.models.config import TransformerConfig
 from jformer.ops import dropout as dropout_op
 from jformer.ops import matmul
@@ -126,12 +124,6 @@ class AttentionBias(nn.Module):
                                              **positional_arguments(self, cfg))
 
 
-# Names of the encoder-decoder keys and values that `MultiHeadAttention` keeps in the 'cache' collection while
-# decoding: projected once from the encoder output, then fixed (`decode.translator` keeps them out of beam reordering).
-CROSS_KEY = "cross_key"
-CROSS_VALUE = "cross_value"
-
-
 class Dense(nn.Module):
   """x W + b over x's trailing axes `in_shape` -> `out_shape`: `kernel` `[*in_shape, *out_shape]` and `bias`
   `[*out_shape]` (`nn.Dense`/`nn.DenseGeneral`'s names, shapes and initial values: Xavier-uniform over the flattened
@@ -168,16 +160,31 @@ def project(x: jax.Array, denses: tuple[Dense, ...], dtype) -> list[jax.Array]:
           for dense, part in zip(denses, parts)]
 
 
+class _Heads(NamedTuple):
+  """The heads attention reads: queries `[B, T, H, K]`, keys and values `[B, S, G, K]`."""
+  query: jax.Array
+  key: jax.Array
+  value: jax.Array
+
+
+class _Tokens(NamedTuple):
+  """Where the queries' and the keys' tokens sit: segment ids `[B, T]`, `[B, S]` (0: padding; None: one example a
+  row) and positions (None: the index)."""
+  q_segment_ids: jax.Array | None
+  kv_segment_ids: jax.Array | None
+  q_positions: jax.Array | None
+  kv_positions: jax.Array | None
+
+
 class MultiHeadAttention(nn.Module):
   """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V) (eq. 4-5).
 
-  The attention itself is the registry function named by `config.attention`. Self-attention when `inputs_kv` is None:
-  its Q, K and V projections run as one matmul (`project`; K and V as one with grouped-query attention, and in
-  encoder-decoder attention). With `decode=True`, self-attention keeps what its variant declares
-  (`jformer.attention.decode_state`): by default it appends its keys/values to a cache of the length the module was
-  initialised with, and queries attend to the filled part; a window variant keeps the last W keys/values only, a
-  recurrent one its own fixed-size state; encoder-decoder attention projects the encoder output once, when the
-  cache is created, and reads it from the cache.
+  The attention itself is the registry function named by `config.attention`; a call projects the heads
+  (`_project`), gives them positions (`_positions`, `_rotate`), keeps or reads the decode state (`_decode_cache`),
+  attends (`_arguments`, `_attend`) and projects the output (`out`). With `decode=True`, self-attention keeps what
+  its variant declares (`jformer.attention.decode_state`): by default it appends its keys/values to a cache of the
+  length the module was initialised with, and queries attend to the filled part; a window variant keeps the last W
+  keys/values only, a recurrent one its own fixed-size state.
 
   Grouped-query attention (Ainslie et al. 2023): keys and values are projected to G = `config.kv_heads`
   heads (G = 1: multi-query, Shazeer 2019), query head h using key/value head h // (H / G); the cache holds
@@ -186,33 +193,11 @@ class MultiHeadAttention(nn.Module):
   queries and keys. `position_bias` (an `AttentionBias`) adds a positional bias to the logits. A variant that
   learns parameters (additive, general, cosine, ...) gets them created here, under a scope named after it, from
   what it declares. `mesh` (a `jformer.axes.Placement`, None on one device) reaches the variant as `mesh=`: the
-  library kernels run on each device's share of the batch and heads. When the 'intermediates' collection is
-  mutable (`apply(..., mutable=["intermediates"])`), the attention weights `[B, H, T, S]` the variant applies (its
-  `weights` function) are sown as 'attention_weights'; nothing is sown for a variant without one. The output is
-  unchanged.
-
-  Block options: `model.use_bias` False drops the query, value and output biases (`model.qkv_bias` keeps the query's
-  and value's and adds the key's); `model.qk_norm` normalizes each
-  query and key head over head_dim (`query_norm`, `key_norm`: the `model.normalization` norm, one scale of
-  head_dim shared by the heads; Dehghani et al. 2023) after the projection and before rotary positions, so the
-  cache holds normalized keys; `model.attention_logit_softcap` reaches the variant as `logits_softcap` (a variant
-  that does not declare "softcap" is refused when the config is checked); `model.head_dim` sets K apart from
-  d_model / H; `model.attention_scale_dim` = s multiplies the queries by sqrt(K / s) after rotary positions, so a
-  variant's logits q.k / sqrt(K) are q.k / sqrt(s) (Gemma 2's query_pre_attn_scalar; Gemma Team 2024).
+  library kernels run on each device's share of the batch and heads. `model.head_dim` sets K apart from d_model / H.
 
   Attention transfer: given a `teacher` (the model's config, whose attention this layer's kind replaces) and the
   'transfer' collection mutable, the layer also runs the teacher's attention on the same queries, keys and values,
   sows its output's squared error against the teacher's (`transfer_output`) and returns the teacher's output.
-
-  Positions reach the attention function's masking only where the index does not imply them: decode steps
-  (slot order is not position order) and calls without segment ids. Self-attention with segment ids (training,
-  evaluation, packed or not) is masked by index: packed positions count up by one with the index inside each
-  example (`jformer.data` packing), so causal or windowed masking by index equals masking by position there,
-  and the segment ids hide the other examples' keys. Rotary and bias encodings still get the positions. So the
-  library kernels, which mask by index only, take packed causal training. A variant that reads absolute positions
-  (`reads_positions`: a flex variant's functions) gets them there too, and in encoder-decoder attention each
-  token's position in its own example (the step while decoding); one that declares captures gets them computed
-  from the inputs (`jformer.models.captures`).
   """
   config: TransformerConfig
   causal: bool = False
@@ -224,6 +209,37 @@ class MultiHeadAttention(nn.Module):
   @nn.compact
   def __call__(self, inputs_q_BxTxD, inputs_kv_BxSxD=None, *, q_segment_ids=None, kv_segment_ids=None,
                q_positions=None, kv_positions=None, deterministic: bool = True, decode: bool = False):
+    """Queries' inputs `[B, T, D]` attending to keys' and values' inputs `[B, S, D]` (None: to themselves) ->
+    `[B, T, D]`."""
+    cfg, cross = self.config, inputs_kv_BxSxD is not None
+    heads = self._project(inputs_q_BxTxD, inputs_kv_BxSxD, decode)
+    tokens = self._positions(_Tokens(q_segment_ids, kv_segment_ids, q_positions, kv_positions), heads, cross=cross,
+                             decode=decode)
+    heads = self._rotate(heads, tokens)
+    state = cfg.attention_variant.decode_state if decode and not cross else None
+    out = Dense((cfg.num_heads, cfg.head_width), (cfg.d_model,), (axes.HEADS, axes.HEAD_DIM, axes.EMBED),
+                cfg.compute_dtype, cfg.use_bias, name="out")
+    if state is not None and state.kind == "recurrent":  # the variant's own state replaces keys and values.
+      return out(attention_cache.recurrent(self, state, *heads, dict(cfg.attention_options)))
+    heads, tokens = self._decode_cache(state, heads, tokens)
+    arguments = self._arguments(tokens, inputs_q_BxTxD, inputs_kv_BxSxD, decode=decode, state=state)
+    out_BxTxHxK = self._attend(heads, arguments, deterministic)
+    if self.teacher is not None and self.is_mutable_collection(TRANSFER) and not self.is_initializing():
+      own = {name: value for name, value in arguments.items() if name not in ("params", "captures")}  # the student's.
+      teacher_BxTxHxK = self.teacher.attention_variant.fn(*heads, **own, **dict(self.teacher.attention_options),
+                                                          dropout_rate=0.0, dropout_rng=None, mesh=self.mesh)
+      return transfer_output(self, out(out_BxTxHxK), out(teacher_BxTxHxK), q_segment_ids)
+    return out(out_BxTxHxK)
+
+  def _project(self, inputs_q_BxTxD, inputs_kv_BxSxD, decode: bool) -> _Heads:
+    """The `query`, `key` and `value` projections of the inputs: in self-attention Q, K and V as one matmul
+    (`project`; K and V as one with grouped-query attention, and in encoder-decoder attention). Encoder-decoder
+    attention while decoding reads its keys and values from the cache (`attention_cache.cross`).
+
+    `model.use_bias` False drops the query, value and output biases (`model.qkv_bias` keeps the query's and value's
+    and adds the key's); `model.qk_norm` normalizes each query and key head over head_dim (`query_norm`,
+    `key_norm`: the `model.normalization` norm, one scale of head_dim shared by the heads; Dehghani et al. 2023)
+    before rotary positions, so the cache holds normalized keys."""
     cfg = self.config
     heads = lambda n, axis, name, use_bias=cfg.use_bias or cfg.qkv_bias: Dense(
         (cfg.d_model,), (n, cfg.head_width), (axes.EMBED, axis, axes.HEAD_DIM), cfg.compute_dtype, use_bias,
@@ -240,6 +256,7 @@ class MultiHeadAttention(nn.Module):
       query_BxTxHxK, = project(inputs_q_BxTxD, (query,), cfg.compute_dtype)
       kv_source = inputs_q_BxTxD if inputs_kv_BxSxD is None else inputs_kv_BxSxD
       projected_kv = lambda: project(kv_source, (key, value), cfg.compute_dtype)
+    project_kv = projected_kv
     if cfg.qk_norm:
       query_norm, key_norm = norm(cfg, "query_norm"), norm(cfg, "key_norm")
       query_BxTxHxK = query_norm(query_BxTxHxK).astype(cfg.compute_dtype)
@@ -247,131 +264,92 @@ class MultiHeadAttention(nn.Module):
       def project_kv():
         key_BxSxGxK, value_BxSxGxK = projected_kv()
         return key_norm(key_BxSxGxK).astype(cfg.compute_dtype), value_BxSxGxK
-    else:
-      project_kv = projected_kv
-
     if decode and inputs_kv_BxSxD is not None:
-      key_BxSxGxK, value_BxSxGxK = self._cross_attention_cache(project_kv)
-    else:
-      key_BxSxGxK, value_BxSxGxK = project_kv()
-    reads_positions = cfg.attention_variant.reads_positions
-    if decode and (inputs_kv_BxSxD is None or reads_positions):
-      q_positions = decode_step_positions(self, *inputs_q_BxTxD.shape[:2])
-    elif inputs_kv_BxSxD is not None and reads_positions:  # each token's position in its own example
+      return _Heads(query_BxTxHxK, *attention_cache.cross(self, project_kv))
+    return _Heads(query_BxTxHxK, *project_kv())
+
+  def _positions(self, tokens: _Tokens, heads: _Heads, *, cross: bool, decode: bool) -> _Tokens:
+    """`tokens` with the positions `[B, T]`, `[B, S]` the call needs: a decode step's queries' (the step counter),
+    in self-attention or for a variant that reads positions; each token's in its own example in encoder-decoder
+    attention for such a variant; the index where rotary or bias positions need them and none were given."""
+    reads_positions = self.config.attention_variant.reads_positions
+    if decode and (not cross or reads_positions):
+      tokens = tokens._replace(q_positions=decode_step_positions(self, *heads.query.shape[:2]))
+    elif cross and reads_positions:
       q_positions, kv_positions = (None if ids is None else segment_positions(ids)
-                                   for ids in (q_segment_ids, kv_segment_ids))
+                                   for ids in (tokens.q_segment_ids, tokens.kv_segment_ids))
+      tokens = tokens._replace(q_positions=q_positions, kv_positions=kv_positions)
     if self.rotary or self.position_bias is not None:
-      q_positions = _default_positions(q_positions, query_BxTxHxK)
-      kv_positions = q_positions if inputs_kv_BxSxD is None else _default_positions(kv_positions, key_BxSxGxK)
+      index = lambda positions, x_BxLxHxK: jnp.arange(x_BxLxHxK.shape[1])[None, :] if positions is None else positions
+      q_positions = index(tokens.q_positions, heads.query)
+      tokens = tokens._replace(q_positions=q_positions,
+                               kv_positions=index(tokens.kv_positions, heads.key) if cross else q_positions)
+    return tokens
+
+  def _rotate(self, heads: _Heads, tokens: _Tokens) -> _Heads:
+    """Queries and keys rotated by their positions (`rotary`); queries then scaled by sqrt(K / s) where
+    `model.attention_scale_dim` = s, so a variant's logits q.k / sqrt(K) are q.k / sqrt(s) (Gemma 2's
+    query_pre_attn_scalar; Gemma Team 2024)."""
+    cfg, query_BxTxHxK, key_BxSxGxK = self.config, heads.query, heads.key
     if self.rotary:
       rotate = functools.partial(cfg.positional_encoding.fn, **positional_arguments(self, cfg))
-      query_BxTxHxK, key_BxSxGxK = rotate(query_BxTxHxK, q_positions), rotate(key_BxSxGxK, kv_positions)
-    if cfg.attention_scale_dim:  # the variants' q.k / sqrt(K) becomes q.k / sqrt(attention_scale_dim).
+      query_BxTxHxK, key_BxSxGxK = rotate(query_BxTxHxK, tokens.q_positions), rotate(key_BxSxGxK, tokens.kv_positions)
+    if cfg.attention_scale_dim:
       query_BxTxHxK = query_BxTxHxK * jnp.asarray((cfg.head_width / cfg.attention_scale_dim) ** 0.5,
                                                   query_BxTxHxK.dtype)
-    variant, options = cfg.attention_variant, dict(cfg.attention_options)
-    state = variant.decode_state if decode and inputs_kv_BxSxD is None else None
-    if state is not None and state.kind == "recurrent":  # the variant's own state replaces keys and values.
-      out_BxTxHxK = self._recurrent_step(state, query_BxTxHxK, key_BxSxGxK, value_BxSxGxK, options)
+    return heads._replace(query=query_BxTxHxK, key=key_BxSxGxK)
+
+  def _decode_cache(self, state, heads: _Heads, tokens: _Tokens) -> tuple[_Heads, _Tokens]:
+    """Self-attention while decoding (`state`: the variant's decode state, None otherwise): the keys and values
+    `[B, S, G, K]` the new queries attend to, with their positions, from the window or the whole cache, which
+    keep this step's; `heads` and `tokens` as they are otherwise."""
+    if state is None:
+      return heads, tokens
+    if state.kind == "window":
+      window = state.window_size(dict(self.config.attention_options), self.config.attention_variant.options)
+      key, value, kv_positions = attention_cache.window(self, heads.key, heads.value, tokens.q_positions, window)
     else:
-      if state is not None and state.kind == "window":
-        key_BxSxGxK, value_BxSxGxK, kv_positions = self._update_window(
-            key_BxSxGxK, value_BxSxGxK, q_positions, state.window_size(options, variant.options))
-      elif state is not None:
-        key_BxSxGxK, value_BxSxGxK, kv_positions = self._update_cache(key_BxSxGxK, value_BxSxGxK, q_positions)
-      bias = None if self.position_bias is None else self.position_bias(q_positions, kv_positions)
-      if inputs_kv_BxSxD is None and not decode and q_segment_ids is not None and not reads_positions:
-        q_positions = kv_positions = None  # implied by index and segments (class doc): the kernels take the call.
-      masking = dict(causal=self.causal, q_segment_ids=q_segment_ids, kv_segment_ids=kv_segment_ids,
-                     q_positions=q_positions, kv_positions=kv_positions, bias=bias)
-      if cfg.attention_logit_softcap > 0:
-        masking["logits_softcap"] = cfg.attention_logit_softcap
-      if variant.params:
-        masking["params"] = plugin_params.DeclaredParams(variant.params, cfg.attention_param_dims,
-                                                         name=variant.name)()
-      if variant.captures:
-        masking["captures"] = captures.compute(self, variant, options, masking, inputs_q_BxTxD, inputs_kv_BxSxD,
-                                               decode=decode, state=state)
-      dropout_rng = None
-      if not deterministic and cfg.attention_dropout_rate > 0:
-        dropout_rng = self.make_rng("dropout")
-      out_BxTxHxK = variant.fn(query_BxTxHxK, key_BxSxGxK, value_BxSxGxK, **masking, **options,
-                               dropout_rate=0.0 if deterministic else cfg.attention_dropout_rate,
-                               dropout_rng=dropout_rng, mesh=self.mesh)
-      if self.is_mutable_collection("intermediates") and not self.is_initializing() and variant.weights:
-        self.sow("intermediates", "attention_weights",
-                 variant.weights(query_BxTxHxK, key_BxSxGxK, **masking, **options))
-    out = Dense((cfg.num_heads, cfg.head_width), (cfg.d_model,), (axes.HEADS, axes.HEAD_DIM, axes.EMBED),
-                cfg.compute_dtype, cfg.use_bias, name="out")
-    if self.teacher is not None and self.is_mutable_collection(TRANSFER) and not self.is_initializing():
-      own = {name: value for name, value in masking.items() if name not in ("params", "captures")}  # the student's.
-      teacher_BxTxHxK = self.teacher.attention_variant.fn(
-          query_BxTxHxK, key_BxSxGxK, value_BxSxGxK, **own, **dict(self.teacher.attention_options),
-          dropout_rate=0.0, dropout_rng=None, mesh=self.mesh)
-      return transfer_output(self, out(out_BxTxHxK), out(teacher_BxTxHxK), q_segment_ids)
-    return out(out_BxTxHxK)
+      key, value, kv_positions = attention_cache.full(self, heads.key, heads.value, tokens.q_positions)
+    return heads._replace(key=key, value=value), tokens._replace(kv_positions=kv_positions)
 
-  def _cross_attention_cache(self, project_kv):
-    """Encoder-decoder keys and values `[B, S, G, K]` while decoding: projected once, when the cache is created
-    (the encoder output does not change while decoding; projecting it at every step would cost 2 S d^2 per
-    layer and row, most of a step's work), then read from the cache, kept heads-major.
+  def _arguments(self, tokens: _Tokens, inputs_q_BxTxD, inputs_kv_BxSxD, *, decode: bool, state) -> dict:
+    """The variant's keyword arguments besides options and dropout: masking, `logits_softcap`
+    (`model.attention_logit_softcap`), its declared `params` and its `captures` of the inputs
+    (`jformer.models.captures`).
 
-    The cache is created by the call that finds it missing: `init` (shapes only), or `apply` with
-    `mutable=["cache"]` and no cache, which projects with the given parameters (`decode.translator.init_cache`).
-    """
-    if not self.has_variable("cache", CROSS_KEY):
-      key_BxSxGxK, value_BxSxGxK = project_kv()
-      self.variable("cache", CROSS_KEY, heads_major, key_BxSxGxK)
-      self.variable("cache", CROSS_VALUE, heads_major, value_BxSxGxK)
-      return key_BxSxGxK, value_BxSxGxK
-    return heads_major(self.get_variable("cache", CROSS_KEY)), heads_major(self.get_variable("cache", CROSS_VALUE))
+    Positions reach the masking only where the index does not imply them: decode steps (slot order is not position
+    order) and calls without segment ids. Self-attention with segment ids (training, evaluation, packed or not) is
+    masked by index: packed positions count up by one with the index inside each example (`jformer.data` packing),
+    so causal or windowed masking by index equals masking by position there, and the segment ids hide the other
+    examples' keys. Rotary and bias encodings still get the positions. So the library kernels, which mask by index
+    only, take packed causal training. A variant that reads absolute positions (`reads_positions`: a flex
+    variant's functions) gets them there too."""
+    cfg, variant = self.config, self.config.attention_variant
+    bias = None if self.position_bias is None else self.position_bias(tokens.q_positions, tokens.kv_positions)
+    if inputs_kv_BxSxD is None and not decode and tokens.q_segment_ids is not None and not variant.reads_positions:
+      tokens = tokens._replace(q_positions=None, kv_positions=None)
+    arguments = dict(causal=self.causal, **tokens._asdict(), bias=bias)
+    if cfg.attention_logit_softcap > 0:
+      arguments["logits_softcap"] = cfg.attention_logit_softcap
+    if variant.params:
+      arguments["params"] = plugin_params.DeclaredParams(variant.params, cfg.attention_param_dims, name=variant.name)()
+    if variant.captures:
+      arguments["captures"] = captures.compute(self, variant, dict(cfg.attention_options), arguments, inputs_q_BxTxD,
+                                               inputs_kv_BxSxD, decode=decode, state=state)
+    return arguments
 
-  def _update_window(self, key_BxTxGxK, value_BxTxGxK, positions_BxT, window: int):
-    """A window decode state (`jformer.attention.decode_state.window`): returns the W cached and the T new keys,
-    values `[B, W + T, G, K]` and their positions (slots never written: `EMPTY_POSITION`, after every query, so
-    causal masking hides them), and keeps the last W of them, heads-major `[B, G, W, K]`: memory O(W)."""
-    batch, _, kv_heads, head_dim = key_BxTxGxK.shape
-    initialized = self.has_variable("cache", "cached_key")
-    cached_key = self.variable("cache", "cached_key", jnp.zeros, (batch, kv_heads, window, head_dim),
-                               key_BxTxGxK.dtype)
-    cached_value = self.variable("cache", "cached_value", jnp.zeros, (batch, kv_heads, window,
-                                                                       value_BxTxGxK.shape[-1]), value_BxTxGxK.dtype)
-    cached_positions = self.variable("cache", "cached_positions", jnp.full, (batch, window),
-                                     decode_state_lib.EMPTY_POSITION, jnp.int32)
-    keys, kept_keys = decode_state_lib.with_new_keys(cached_key.value, key_BxTxGxK)
-    values, kept_values = decode_state_lib.with_new_keys(cached_value.value, value_BxTxGxK)
-    positions = jnp.concatenate([cached_positions.value, positions_BxT.astype(jnp.int32)], axis=1)
-    if initialized:  # the call that creates the state (`init`) only shapes it.
-      cached_key.value, cached_value.value, cached_positions.value = kept_keys, kept_values, positions[:, -window:]
-    return heads_major(keys), heads_major(values), positions
-
-  def _recurrent_step(self, state, query_BxTxHxK, key_BxTxGxK, value_BxTxGxK, options):
-    """A recurrent decode state (`jformer.attention.decode_state.recurrent`): the variant's `step` on the T new
-    tokens (key/value heads repeated to H) after its kept state, which it updates: memory O(1) in the length."""
-    batch, _, heads, head_dim = query_BxTxHxK.shape
-    initialized = self.has_variable("cache", "state")
-    kept = self.variable("cache", "state", state.init, batch, heads, head_dim, value_BxTxGxK.shape[-1])
-    key_BxTxHxK, value_BxTxHxK = (repeat_kv(x, heads) for x in (key_BxTxGxK, value_BxTxGxK))
-    out_BxTxHxK, updated = state.step(kept.value, query_BxTxHxK, key_BxTxHxK, value_BxTxHxK, **options)
-    if initialized:  # the call that creates the state (`init`) only shapes it.
-      kept.value = updated
+  def _attend(self, heads: _Heads, arguments: dict, deterministic: bool) -> jax.Array:
+    """The variant on the heads -> `[B, T, H, K]`, with `model.attention_dropout_rate` unless `deterministic`. When
+    the 'intermediates' collection is mutable (`apply(..., mutable=["intermediates"])`), sows the attention weights
+    `[B, H, T, S]` it applies (its `weights` function) as 'attention_weights'; nothing for a variant without one."""
+    cfg, variant, options = self.config, self.config.attention_variant, dict(self.config.attention_options)
+    dropout_rate = 0.0 if deterministic else cfg.attention_dropout_rate
+    dropout_rng = self.make_rng("dropout") if dropout_rate > 0 else None
+    out_BxTxHxK = variant.fn(*heads, **arguments, **options, dropout_rate=dropout_rate, dropout_rng=dropout_rng,
+                             mesh=self.mesh)
+    if self.is_mutable_collection("intermediates") and not self.is_initializing() and variant.weights:
+      self.sow("intermediates", "attention_weights", variant.weights(heads.query, heads.key, **arguments, **options))
     return out_BxTxHxK
-
-  def _update_cache(self, key_BxTxGxK, value_BxTxGxK, positions_BxT):
-    """Writes this step's keys/values into the cache; returns the whole cache `[B, S, G, K]` and its slot
-    positions. The cache is kept heads-major, `[B, G, S, K]` (see `heads_major`)."""
-    initialized = self.has_variable("cache", "cached_key")
-    cached_key = self.variable("cache", "cached_key", jnp.zeros_like, heads_major(key_BxTxGxK))
-    cached_value = self.variable("cache", "cached_value", jnp.zeros_like, heads_major(value_BxTxGxK))
-    if not initialized:  # `init` shapes the cache with the full decode length; nothing to attend to yet.
-      return key_BxTxGxK, value_BxTxGxK, positions_BxT
-    start = positions_BxT[0, 0]
-    cached_key.value = jax.lax.dynamic_update_slice_in_dim(cached_key.value, heads_major(key_BxTxGxK), start, axis=2)
-    cached_value.value = jax.lax.dynamic_update_slice_in_dim(cached_value.value, heads_major(value_BxTxGxK), start,
-                                                             axis=2)
-    slots = cached_key.value.shape[2]
-    # Slots past the current step hold zeros; causal masking by position hides them.
-    return heads_major(cached_key.value), heads_major(cached_value.value), jnp.arange(slots)[None, :]
 
 
 # The collection attention transfer (`train.attention_transfer`) sows into: with it mutable, a layer whose attention
@@ -389,16 +367,6 @@ def transfer_output(module: nn.Module, student_BxTxD: jax.Array, teacher_BxTxD: 
   module.sow(TRANSFER, "squared_error", jnp.sum(error * real_BxT[..., None]))
   module.sow(TRANSFER, "count", jnp.sum(real_BxT) * student_BxTxD.shape[-1])
   return teacher_BxTxD
-
-
-def heads_major(x: jax.Array) -> jax.Array:
-  """`[B, L, G, K]` <-> `[B, G, L, K]` (its own inverse). Caches are stored heads-major, the layout the attention
-  matmuls read: XLA cancels the transpose back, instead of copying the whole cache at every decode step."""
-  return jnp.swapaxes(x, 1, 2)
-
-
-def _default_positions(positions, x_BxLxHxK):
-  return jnp.arange(x_BxLxHxK.shape[1])[None, :] if positions is None else positions
 
 
 class FeedForward(nn.Module):
