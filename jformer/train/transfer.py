@@ -33,9 +33,9 @@ def trainable_parameter(regex: str) -> Callable[[str], bool]:
   return lambda path: pattern is None or bool(pattern.fullmatch(path))
 
 
-def _path(key_path) -> str:
-  """A pytree key path as "a/b/0" (dict keys and sequence indices)."""
-  return "/".join(str(getattr(key, "key", getattr(key, "idx", key))) for key in key_path)
+def path_name(key_path) -> str:
+  """A pytree key path as "a/b/0" (dict keys, attribute names and sequence indices)."""
+  return "/".join(str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key)))) for key in key_path)
 
 
 class FreezingState(NamedTuple):
@@ -51,8 +51,8 @@ def freezing(tx: optax.GradientTransformation, *, transfer_steps: int, own: Call
 
   def masks(params, count):
     in_transfer = count < transfer_steps
-    return jax.tree_util.tree_map_with_path(
-        lambda path, _: jnp.where(in_transfer, own(_path(path)), trainable(_path(path))).astype(jnp.float32), params)
+    return jax.tree_util.tree_map_with_path(lambda path, _: jnp.where(
+        in_transfer, own(path_name(path)), trainable(path_name(path))).astype(jnp.float32), params)
 
   def init(params):
     return FreezingState(jnp.zeros((), jnp.int32), tx.init(params))
@@ -85,8 +85,9 @@ def transfer_loss(model, params, batch: dict) -> jax.Array:
   _, variables = model.apply({"params": params}, *args, **kwargs, deterministic=True, return_hidden=True,
                              mutable=[TRANSFER])
   sown = jax.tree_util.tree_flatten_with_path(variables.get(TRANSFER, {}))[0]
-  errors = {_path(path[:-2]): value for path, value in sown if _path(path).endswith("squared_error/0")}
-  counts = {_path(path[:-2]): value for path, value in sown if _path(path).endswith("count/0")}
+  errors = {path_name(path[:-2]): value for path, value in sown
+            if path_name(path).endswith("squared_error/0")}
+  counts = {path_name(path[:-2]): value for path, value in sown if path_name(path).endswith("count/0")}
   if not errors:
     raise ValueError("attention transfer found no layer to transfer: none sows its error (a layer kind must replace "
                      "the model's attention; model.remat must be 'none' below its 'auto' threshold)")
