@@ -5,15 +5,9 @@
     write_run(config, workdir)                                # a run's config.json and its checksum
     settings = run_settings(config)                           # what training reads: frozen, typed sections
 
-Every field is declared once (`schema`: default, meaning, allowed values, identity; the model section is
-`jformer.models.TransformerConfig`). Configs are locked ConfigDicts: an unknown key, set by a config file or an
-override, is an error that names the nearest known key, and invalid values or combinations fail here, before
-anything runs. Config files compose as plain Python: one that builds on another calls `read` on it and sets what
-differs.
-
-Why not `ml_collections.config_flags`: jformer's command line has sub-commands (argparse), config_flags needs
-absl's global FLAGS; and an option group's keys (`model.attention_options.window_size`) are defined by the plug-in
-the config chooses, which config_flags refuses because the file's ConfigDict does not hold them.
+Every field is declared once (`schema`); configs are locked ConfigDicts, an unknown key refused naming the nearest
+known one and invalid values or combinations failing here, before anything runs; files compose as plain Python (one
+calls `read` on another). Why not `ml_collections.config_flags`: docs/ARCHITECTURE.md (Config).
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """An adaptive recipe: `train.recipe`'s rules (`jformer.config.recipe`) applied to the measured corpus and the steps
-the budget buys, when a run starts.
-
-    config = adapt(config_lib.load("configs/demo.py", overrides), fixed=overrides, workdir=workdir)
-
-In order: the train split's size is read from its files (`jformer.data.corpus_size`); the rules on `examples`,
-`words` and `tokens` set their keys; the step time of the config they chose is estimated (`estimate_step_seconds`)
-and with it the steps (`train.steps`, or those `train.budget_minutes` buys) and the passes over the data; the rules
-on `steps` and `passes` set theirs. A key given on the command line (`fixed`) keeps its value. One line says what
-was measured and chosen, and why.
-
-The step estimate is the model's matmul FLOPs (`jformer.models.flops`) over this machine's measured rate for a
-product of the step's own shape, divided by `STEP_EFFICIENCY`: a rough figure, good enough to place a run in a
-rule's bracket; a time budget then plans its steps from the real step time (`jformer.train.budget`). It is
-calibrated on XLA:CPU; on a GPU or TPU, where a small model's step is bound by dispatch more than by its products,
-it runs high (more steps than the budget buys): there, set the keys the step rules choose on the command line.
-
-A workdir that holds a run keeps that run's choices (its config.json): a resumed run is the same run, whatever the
-machine measures now.
+the budget buys (estimated: `estimate_step_seconds`, a rough figure), when a new run starts; a key given on the
+command line keeps its value, and a workdir that holds a run keeps its choices. In full: docs/training.md (adaptive
+recipes).
 """
 
 from __future__ import annotations

@@ -34,10 +34,8 @@ RELATIVE_FIELDS = {"model.relative_num_buckets": "num_buckets", "model.relative_
 
 def is_identity(dotted_key: str) -> bool:
   """Whether `dotted_key` (a field, or a key inside an option group) is part of the run's identity."""
-  for key, field in declared():
-    if field.spec.identity and (dotted_key == key or dotted_key.startswith(f"{key}.")):
-      return True
-  return False
+  return any(field.spec.identity and (dotted_key == key or dotted_key.startswith(f"{key}."))
+             for key, field in declared())
 
 
 def changed_keys(old: ml_collections.ConfigDict, new: ml_collections.ConfigDict) -> dict[str, tuple[Any, Any]]:

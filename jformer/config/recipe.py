@@ -1,15 +1,6 @@
-"""The rules of an adaptive recipe (`train.recipe`), as a config states them, read and checked.
-
-A rule sets one config key from one measured input by brackets, read top down: the first bracket whose bound the
-input does not exceed gives the value; the last bracket's bound is None (any larger input):
-
-    config.train.recipe = (
-        ("model.vocab_size", "examples", ((20_000, 2000), (60_000, 4000), (None, 8000))),
-        ("model.dropout_rate", "passes", ((2, 0.1), (6, 0.2), (None, 0.3))),
-    )
-
-reads "up to 20,000 pairs: a vocabulary of 2000; up to 60,000: 4000; more: 8000" and "up to 2 passes over the
-data: dropout 0.1; ...". `jformer.config.adaptive` measures the inputs and applies the rules at the start of a new run.
+"""The rules of an adaptive recipe (`train.recipe`), as a config states them, read and checked: each sets one key from
+one measured input by brackets, the first bracket whose bound the input does not exceed giving the value (the last
+bound None). An example and how they are applied (`jformer.config.adaptive`): docs/training.md (adaptive recipes).
 """
 
 from __future__ import annotations

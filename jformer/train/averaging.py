@@ -1,17 +1,6 @@
-"""Checkpoint averaging at the end of a run (paper Sec. 6.1: "a single model obtained by averaging the last 5
-checkpoints"; 20 for the big models), used for the final test only where it helps on the valid split.
-
-`train.average_checkpoints=N` (N >= 2) averages N checkpoints once training ends:
-- `train.average_span=f` (0 < f < 1): the run saves them itself, evenly spaced over the last fraction f of its steps
-  and ending at its last step (`window`); they are kept whatever `train.keep_checkpoints` says. With a time budget
-  the window follows the plan; it starts after the final plan when f is below `optimizer.cooldown_fraction` (the
-  cool-down starts after it), else the steps of the window that passed before the final plan may be missing.
-- f = 0: the last N checkpoints the run saved every `train.checkpoint_every` steps (keep_checkpoints >= N).
-
-The mean is scored on the valid split beside the last step's parameters, and the final test (BLEU, bits per byte)
-uses whichever has the lower valid loss (the mean on a tie). results.json records both losses, the averaged steps
-and the choice; a chosen mean is written to `<workdir>/averaged`, which `translate` and `evaluate` then load by
-default (`--checkpoint=auto`).
+"""Checkpoint averaging at the end of a run (paper Sec. 6.1), used for the final test only where it helps on the
+valid split: which checkpoints (`window`, or the last saved) and the choice (`choose`). Behaviour in full:
+docs/training.md (checkpoint averaging).
 """
 
 from __future__ import annotations

@@ -1,46 +1,8 @@
 """Time-budget training (`train.budget_minutes=M`): measure the step time, then fix the number of steps.
 
-A budgeted run trains for M minutes of wall clock, counted from the end of its first (compiling) step to the end of
-its last step's evaluation, periodic evaluations and checkpoint saves included; the last step's checkpoint save and
-the final test (BLEU, bits per byte) are outside. In order:
-
-  1. step 1 compiles the train step: not counted; the budget clock starts once it has run.
-  2. the next `WARMUP_STEPS - 1` steps are counted in the budget but not in the estimate (first-run effects).
-  3. the steps after them are timed, waiting for the device at both ends: first `MEASURE_STEPS`, which fix how many
-     more make the timed window `MEASURE_FRACTION` of the budget (at most `MEASURE_MAX_SECONDS`); then the whole
-     window gives the seconds per step.
-  4. the valid split is evaluated twice: once logged like the periodic evaluations (it compiles the eval step),
-     then once more, timed: seconds per evaluation (periodic evaluations are taken out of the step times).
-  5. `plan_steps` makes the first plan: the most steps whose estimated time (steps, the periodic evaluations and
-     the one at the last step) fits the budget left, less `RESERVE_FRACTION` of the budget. It fixes when to plan
-     again: `REPLAN_FRACTION` of the way to its cool-down (or to its end without one).
-  6. at that step the final plan: the same, from the seconds per step since the window began (most of the run).
-     One line logs each plan; `<workdir>/budget.json` stores the latest.
-  7. with `optimizer.cooldown_fraction` > 0 the schedule's cool-down needs the total, so the loop compiles the
-     train and eval steps once more after the final plan; both plans reserve the time their first compilations
-     took.
-
-Why twice: the steps' speed settles over tens of seconds (input pipeline, host work) and then moves by several
-percent in stretches of a minute or two (checkpoint writes and other host work on a small machine, other tenants of
-a VM), so a plan from the start of the run alone misses the budget either way. Planned again most of the way
-through, only the rest of the run can surprise, hence the small reserve.
-
-`results.json` records the plan and the seconds counted (`budget_wall_seconds`: of this process's run, so a resumed
-run counts from its resume).
-
-The plan then replaces `train.steps`. The learning-rate schedule (paper eq. 3, `jformer.train.optim`) depends on the
-step number only up to its optional cool-down (the last `optimizer.cooldown_fraction` of the planned steps, which
-start after the final plan unless the machine slowed down by more than ~10% after the first: then it begins at
-once, logged), so the plans change none of the learning rates before them; `optimizer.warmup_steps` stays in steps
-(a plan shorter than the warm-up is logged: the run ends before the peak learning rate). Periodic checkpoint saves
-are asynchronous: the part that blocks the loop (copying the state off the device) counts but is not planned for.
-
-Resume: a rerun reads the plan from budget.json and trains to its total (no new measurement; a run stopped between
-the two plans keeps the first), so a run preempted after the final plan ends like an uninterrupted one; a rerun
-with another `train.budget_minutes` is refused (to train on, set `train.budget_minutes=0` and `train.steps`). A run
-stopped before its plan measures again on resume, counting the steps it had done at the new step time. Several
-processes: every process plans from the times process 0 measured (`multihost_utils.broadcast_one_to_all`), so all
-train the same steps or stop with the same error; all of them take part in the evaluations.
+The steps are planned twice, after the first timed steps and most of the way through (a plan from the start alone
+misses the budget as the step time drifts), and the plan is kept in `<workdir>/budget.json` for resume. What counts
+against the budget, the phases in order, resume and several processes: docs/training.md#time-budget.
 """
 
 from __future__ import annotations

@@ -1,29 +1,6 @@
 """What the training steps cost, shown while they run: MFU and peak memory on each progress line (and in
-TensorBoard), and a `jax.profiler` trace of chosen steps (`train.profile_steps`).
-
-MFU (model FLOPs utilization, PaLM's Appendix B) = tokens/s x the model's train FLOPs per token / the devices'
-peak FLOP/s. FLOPs per token: `jformer.models.flops.train_flops` of one row of `data.max_length` positions (source
-and target rows for the encoder-decoder) over the row's tokens; tokens/s: the real (non-padding) tokens the
-progress line counts, so padding lowers MFU as it wastes the device. The peak of one device: the bfloat16 dense
-matmul rate of its chip's data sheet (`PEAK_FLOPS`, matched on `device_kind`, whatever `model.dtype`: the usual
-convention) on a GPU or TPU; on a CPU, which has no data sheet figure, the best of `PROBE_REPS` timed
-`PROBE_SIZE`^3 matmuls in the model's compute dtype (`measured_peak`: once per process, a few tens of ms after
-compiling, before the first step, so no step's time includes it). A CPU's devices (several when simulated with
-`--xla_force_host_platform_device_count`) share the host's cores, so there the probe is the peak of them all. A
-CPU probe on a shared machine measures what the machine gives then, and the model's own products may run faster
-than the probe's (other shapes, a quieter moment): a rate the steps reach is a rate the machine has, so a measured
-peak is raised to the best rate the steps reached (said once on the console), and MFU never exceeds 100%; 100% then
-means the fastest this run has seen, not a data sheet's figure. A data sheet peak is never raised (MFU above 100%
-there would be a FLOP count to fix). MFU on a CPU is a rough figure.
-
-Peak memory: the largest `peak_bytes_in_use` of the process's devices (`Device.memory_stats()`, which GPU and
-TPU backends report); the CPU backend reports none (`memory_stats()` is None), so there the line shows the
-process's peak resident memory (`ru_maxrss`, labelled "RSS"): a CPU device's memory is the host's, and the process
-holds the input pipeline and the compiler besides.
-
-The profile: `train.profile_steps=(a, b)` traces steps a to b (inclusive; the device waits for step b before
-the trace ends) into `<workdir>/tensorboard/plugins/profile/<run>/`, where TensorBoard's profile plugin finds it
-(`tensorboard --logdir <workdir>/tensorboard`). Process 0 only; steps before the run resumed are not traced again.
+TensorBoard), and a `jax.profiler` trace of chosen steps (`train.profile_steps`). How MFU, the peak (a data sheet's,
+or on a CPU a measured one) and the memory are counted: docs/training.md (cost).
 """
 
 from __future__ import annotations
@@ -111,7 +88,7 @@ def peak_memory() -> tuple[str, float]:
 @dataclasses.dataclass
 class StepCost:
   """What a run's MFU divides by: its model's FLOPs per token and the peak FLOP/s of this process's devices (a
-  `measured` peak is raised to the best rate the steps reach: module doc)."""
+  `measured` peak is raised to the best rate the steps reach: docs/training.md)."""
   flops_per_token: float
   peak_flops: float  # of all this process's devices together (its tokens/s is this process's).
   peak_source: str
@@ -122,13 +99,13 @@ class StepCost:
     """The cost of training `model_config` on rows of `length` positions on this process's devices."""
     devices = jax.local_devices()
     peak, source = device_peak(devices[0], jnp.dtype(model_config.compute_dtype).name)
-    chips = 1 if devices[0].platform == "cpu" else len(devices)  # a CPU's devices share its cores (module doc).
+    chips = 1 if devices[0].platform == "cpu" else len(devices)  # a CPU's devices share its cores (docs/training.md).
     return cls(flops_per_token(model_config, length), peak * chips, f"{chips} x {source}",
                measured=source.endswith(MEASURED))
 
   def mfu(self, tokens_per_second: float) -> float:
     """Model FLOPs utilization of this process's devices at `tokens_per_second` (this process's tokens); a
-    measured peak below the rate those tokens took is raised to it first (at most 1.0: module doc)."""
+    measured peak below the rate those tokens took is raised to it first (at most 1.0: docs/training.md)."""
     rate = tokens_per_second * self.flops_per_token
     if self.measured and rate > self.peak_flops:
       if not self.peak_source.endswith(RAISED):

@@ -1,22 +1,7 @@
-"""`train_and_evaluate(config, workdir)`: init -> restore -> steps -> eval -> test -> checkpoint.
+"""`train_and_evaluate(config, workdir)`: init -> restore -> steps -> eval -> test -> checkpoint, resumable.
 
-What is evaluated and tested comes from the run's task (`jformer.tasks`: BLEU for translation, bits per byte
-for a language model).
-
-Workdir layout: config.json (the resolved config), vocab/ (SentencePiece), tfds/ (prepared data),
-checkpoints/ (Orbax: state + data iterator), tensorboard/, results.json, averaged/ (averaged parameters),
-budget.json (the planned steps of a time-budget run).
-Running it again on the same workdir resumes from the latest checkpoint; on a finished run it says so in one line
-and changes nothing (raise train.steps to train on). Every phase's results are merged into results.json
-(`finished: false` after training, `true` after the final test), so a run stopped during its final test (BLEU, bits
-per byte) runs only that test again. SIGTERM saves a step all hosts agree on
-(or, before the first step, saves nothing) and exits with status 0 (`jformer.train.preemption`).
-With `train.budget_minutes`, the number of steps is planned after the first steps, replaces train.steps and is
-kept in budget.json for resume (`jformer.train.budget`).
-The workdir is a local folder or any `etils.epath` path (gs://bucket/run): every file goes through epath.
-
-The step loop never waits for the device: the step's metrics are summed on device and read every
-`train.log_every` steps, and before every evaluation, BLEU and checkpoint, where non-finite updates are checked.
+What is evaluated and tested comes from the run's task (`jformer.tasks`). The workdir's layout, resume, the results
+merged per phase, and why the step loop never waits for the device: docs/training.md (the workdir).
 """
 
 from __future__ import annotations

@@ -1,23 +1,6 @@
-"""SIGTERM (a preemption notice) -> a clean stop that every host agrees on.
-
-In the step loop, every host saves the same step and exits; before it (vocabulary, data preparation, model
-initialisation, restore) and before the final BLEU, every host exits without a new checkpoint (nothing was trained
-since the last one). Either way the run ends with exit status 0 after a `preempted ...` line; running the same
-command again resumes. A signal during a long phase (data preparation, compilation, evaluation, decoding) is
-acted on at the next check: the end of that phase or the next step.
-
-One process: the handler sets a flag, read after every step and at each phase boundary; during the final test,
-which keeps nothing a rerun needs, SIGTERM stops it at once (`stop_at_once`) and the rerun runs the test again.
-
-Several processes (`jax.distributed`): JAX's coordination service agrees on the step. At
-`jax.distributed.initialize` JAX starts a preemption sync manager that waits for a preemption notice from any
-host, then computes the sync point: the largest step any host has reported + 1. Orbax's
-`CheckpointManager.reached_preemption(step)` (`multihost_utils.reached_preemption_sync_point`), called with every
-step on every host, is True at that step on all of them. JAX posts the notice from its own C++ SIGTERM handler; the
-Python handler here replaces that handler (so the local flag exists), and posts the same notice: the coordination
-service key `PREEMPTION_NOTICE_KEY` with the time of the signal, as JAX's SIGTERM notifier does (that key is
-JAX-internal: tests/test_preemption.py runs two processes to check it still works). Phase boundaries (before the
-step loop, and before the final BLEU) are agreed by an all-gather of the hosts' flags.
+"""SIGTERM (a preemption notice) -> a clean stop that every host agrees on: the step loop saves a step all hosts
+agree on (JAX's preemption sync manager, through Orbax), phase boundaries are agreed by an all-gather, and the run
+exits 0; the final test stops at once (`stop_at_once`). Mechanism and phases: docs/training.md#sigterm-preemption.
 """
 
 from __future__ import annotations

@@ -30,45 +30,40 @@ from jformer.train.step import add_to_totals, make_eval_step, make_train_step, n
 
 def _bytes_per_device(tree) -> int:
   """Bytes that one device (the first) holds of the arrays in `tree`."""
-  total = 0
-  for leaf in jax.tree.leaves(tree):
-    shards = leaf.addressable_shards
-    total += shards[0].data.nbytes if shards else 0
-  return total
+  return sum(leaf.addressable_shards[0].data.nbytes for leaf in jax.tree.leaves(tree) if leaf.addressable_shards)
 
 
-def _temp_bytes(lowered) -> int | None:
-  """Temporary memory per device of a lowered step once compiled (`memory_analysis()`), None where the backend
-  does not report it. The jitted step's own first call reuses this compilation (JAX's compilation cache)."""
-  try:
-    analysis = lowered.compile().memory_analysis()
-  except NotImplementedError:
-    return None
-  return None if analysis is None else int(analysis.temp_size_in_bytes)
-
-
-class _MetricTotals:
-  """Running totals of train-step metrics kept on device (`jformer.train.step.new_totals`), for both runners."""
+class _Runner:
+  """What both runners share: running totals of train-step metrics kept on device (`jformer.train.step.new_totals`:
+  `new_totals()` empty ones, `add_to_totals(totals, metrics)` a step's added, `totals` donated) and the train step's
+  temporary memory."""
 
   def _build_totals(self, allowed_skips: int, sharding=None):
-    self._new_totals = jax.jit(new_totals, out_shardings=sharding)
-    self._add_to_totals = jax.jit(functools.partial(add_to_totals, allowed_skips=allowed_skips),
-                                  out_shardings=sharding, donate_argnums=0)
-
-  def new_totals(self):
-    """Empty running totals, on device."""
-    return self._new_totals()
-
-  def add_to_totals(self, totals, metrics):
-    """`totals` with a step's `metrics` added, on device (`totals` is donated)."""
-    return self._add_to_totals(totals, metrics)
+    self.new_totals = jax.jit(new_totals, out_shardings=sharding)
+    self.add_to_totals = jax.jit(functools.partial(add_to_totals, allowed_skips=allowed_skips),
+                                 out_shardings=sharding, donate_argnums=0)
 
   def read_totals(self, totals) -> dict:
     """The totals as host numbers: the loop's one host round trip, made every `train.log_every` steps."""
     return jax.device_get(totals)
 
+  def lower_step(self, state, local_batch):
+    """The train step lowered for `state` (or `abstract_state()`: nothing allocated) and a batch, not run: what
+    its memory and cost analyses read once compiled."""
+    return self._train_step.lower(state, self.shard_batch(local_batch))
 
-class MeshRunner(_MetricTotals):
+  def step_temp_bytes(self, state, local_batch) -> int | None:
+    """Temporary memory per device of the compiled train step for this state and batch, None where the backend does
+    not report it (`memory_analysis()`). The jitted step's own first call reuses this compilation (JAX's
+    compilation cache)."""
+    try:
+      analysis = self.lower_step(state, local_batch).compile().memory_analysis()
+    except NotImplementedError:
+      return None
+    return None if analysis is None else int(analysis.temp_size_in_bytes)
+
+
+class MeshRunner(_Runner):
   """`jax.jit` over a ('data', 'fsdp', 'sequence', 'tensor') mesh; the state is created already sharded, batches
   split by rows (data x fsdp) and by tokens (sequence). The model holds the same mesh (`model.mesh`, a
   `jformer.axes.Placement`), which its attention kernels run per device on."""
@@ -123,15 +118,6 @@ class MeshRunner(_MetricTotals):
     """(new state, the step's metrics), both on device."""
     return self._train_step(state, self.shard_batch(local_batch))
 
-  def step_temp_bytes(self, state, local_batch) -> int | None:
-    """Temporary memory per device of the compiled train step for this state and batch (see `_temp_bytes`)."""
-    return _temp_bytes(self.lower_step(state, local_batch))
-
-  def lower_step(self, state, local_batch):
-    """The train step lowered for `state` (or `abstract_state()`: nothing allocated) and a batch, not run: what
-    its memory and cost analyses read once compiled."""
-    return self._train_step.lower(state, self.shard_batch(local_batch))
-
   def eval_step(self, params, local_batch):
     return jax.device_get(self._eval_step(params, self.shard_batch(local_batch)))
 
@@ -159,7 +145,7 @@ class MeshRunner(_MetricTotals):
             f"{_bytes_per_device(state.opt_state) / 2**20:,.1f} MiB")
 
 
-class PmapRunner(_MetricTotals):
+class PmapRunner(_Runner):
   """Classic data parallelism: `jax.pmap` of the same step, gradients summed over the 'batch' axis."""
   mode = parallel.PMAP
 
@@ -196,10 +182,6 @@ class PmapRunner(_MetricTotals):
     the same values, reduced over the 'batch' axis)."""
     state, metrics = self._train_step(state, self.shard_batch(local_batch))
     return state, _first_replica(metrics)
-
-  def step_temp_bytes(self, state, local_batch) -> int | None:
-    """Temporary memory per device of the compiled train step for this state and batch (see `_temp_bytes`)."""
-    return _temp_bytes(self._train_step.lower(state, self.shard_batch(local_batch)))
 
   def eval_step(self, params, local_batch):
     return jax.device_get(_first_replica(self._eval_step(params, self.shard_batch(local_batch))))

@@ -1,29 +1,7 @@
 """The best checkpoint by a valid metric (`train.keep_best`) and early stopping (`train.patience`): fairseq's
-`checkpoint_best.pt` (`--best-checkpoint-metric`, `--maximize-best-checkpoint-metric`) and `--patience`.
-
-At every evaluation the loop logs (every `train.eval_every` steps, the last step, a time budget's planning step) the
-run scores its kept metric (`task.kept_value`): the valid loss or bits per byte of that evaluation, or the valid BLEU
-of `train.valid_bleu_examples` sentences of the valid split, decoded as the test is (`TranslationTask.valid_bleu`).
-A value strictly better than the best so far makes the step the best: the loop saves its checkpoint (whatever
-`train.checkpoint_every` says), and the Checkpointer keeps it beside the newest `train.keep_checkpoints`, which never
-delete it, until a better step replaces it. `<workdir>/best.json` holds the metric and every evaluation's value, the
-best among them named (`checkpoint.read_best`), so a resumed run (from its latest checkpoint) keeps both and goes on
-counting. It is written once the best step's checkpoint is on disk (`Checkpointer.when_saved`: the asynchronous save
-of a new best finishes during the next save, or at the run's end), so a run killed before that keeps the best.json
-of the step before, and best.json never names a step that is not in the checkpoints.
-
-The final test uses the best step's parameters (the last step's where it is the best); `translate`, `evaluate`,
-`generate` and `visualize-attention` load them by default (`--checkpoint=auto`; `--checkpoint=latest` for the last
-step). results.json names the tested step, its metric and value, and why (`tested_step`, `tested_metric`,
-`tested_value`, `tested_why`), with every evaluation's value (`kept_history`).
-
-Patience: after `train.patience` evaluations in a row without a gain the run ends at that step (saved, then tested
-as above), and one line says why; results.json has `stopped_by_patience`. A run the time budget ends first ends as
-planned, its cool-down included. Rerunning a run that patience ended does nothing, unless train.patience is raised:
-then it trains on from there.
-
-Cost: the valid BLEU decodes at every evaluation, inside the evaluation a time budget times (`jformer.train.budget`),
-so the plan counts it; results.json has its median seconds per evaluation (`kept_metric_seconds`).
+`checkpoint_best.pt` and `--patience`. `<workdir>/best.json` holds every evaluation's value, written once the best
+step's checkpoint is on disk; the final test uses the best step. Behaviour in full: docs/training.md (the best
+checkpoint and patience).
 """
 
 from __future__ import annotations
@@ -63,7 +41,7 @@ def patience_ended(train: TrainSection, workdir: epath.PathLike) -> bool:
 
 
 class KeptBest:
-  """The run's best checkpoint by `train.keep_best` and its patience (module docstring); inactive with 'none'.
+  """The run's best checkpoint by `train.keep_best` and its patience (docs/training.md); inactive with 'none'.
 
   The loop calls `score` in each evaluation (its extra metrics, e.g. {"bleu": ...}), `observe` when the evaluation is
   logged, saves the step when `step` names it, stops when `exhausted`, and tests what `choose` gives.

@@ -134,20 +134,18 @@ SUMMED = ("loss_sum", "correct", "z_loss_sum", "tokens", "grad_norm_sum", "steps
 
 def parameter_names(params) -> list[str]:
   """Each parameter's path, 'decoder/layer_0/self_attention/query/kernel', in `jax.tree.leaves` order."""
-  return ["/".join(str(getattr(key, "key", getattr(key, "name", key))) for key in path)
-          for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+  return [transfer.path_name(path) for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
 
 
 def new_totals() -> dict:
   """Empty running totals of train-step metrics (all scalars, except the [len(FINITE_CHECKS)] flags).
 
   loss_sum, correct, z_loss_sum, tokens: sums of loss x tokens, accuracy x tokens, z-loss x tokens and target
-  tokens; grad_norm_sum, steps:
-  the sum of gradient norms and the number of steps; skipped: steps whose update was not applied;
-  learning_rate, skipped_updates: the latest step's values; first_bad_step/first_bad_finite/first_bad_leaf: the first
-  skipped step, its `FINITE_CHECKS` flags and the index of its first parameter with a non-finite gradient (in
-  `parameter_names` order; -1: none); stop_step/stop_finite/stop_leaf: the same of the first step whose skip went
-  beyond the allowance (steps are -1 until such a step happens).
+  tokens; grad_norm_sum, steps: the sum of gradient norms and the number of steps; skipped: steps whose update was
+  not applied; learning_rate, skipped_updates: the latest step's values; first_bad_step/first_bad_finite/
+  first_bad_leaf: the first skipped step, its `FINITE_CHECKS` flags and the index of its first parameter with a
+  non-finite gradient (in `parameter_names` order; -1: none); stop_step/stop_finite/stop_leaf: the same of the first
+  step whose skip went beyond the allowance (steps are -1 until such a step happens).
   """
   zero, none = jnp.zeros((), jnp.float32), jnp.full((), -1, jnp.int32)
   count, finite = jnp.zeros((), jnp.int32), jnp.ones((len(FINITE_CHECKS),), bool)
@@ -202,14 +200,12 @@ def make_eval_step(model, *, axis_name: str | None = None):
   def eval_step(params, batch: dict):
     weighted = WEIGHTS_KEY in batch
     sums = output_loss_sums(model, params, batch, 0.0, per_row=weighted, deterministic=True)  # no z-loss: the NLL.
-    correct = sums.correct
-    out = {"nll_sum": sums.loss, "correct": jnp.sum(correct), "tokens": sums.weight}
+    out = {"nll_sum": sums.loss, "correct": jnp.sum(sums.correct), "tokens": sums.weight}
     if weighted:
       weights_B = jnp.sum(token_weights(batch), axis=1)
       out["examples"] = jnp.sum(weights_B > 0).astype(jnp.float32)
-      out["exact"] = jnp.sum((weights_B > 0) & (correct >= weights_B)).astype(jnp.float32)
-    sums = out
-    return jax.lax.psum(sums, axis_name) if axis_name is not None else sums
+      out["exact"] = jnp.sum((weights_B > 0) & (sums.correct >= weights_B)).astype(jnp.float32)
+    return jax.lax.psum(out, axis_name) if axis_name is not None else out
 
   return eval_step
 

@@ -1,17 +1,7 @@
-"""Attention transfer (LoLCATs, Zhang et al. 2025) as a training objective, and which parameters a step trains.
-
-A model whose `model.layer_pattern` gives some layers a kind with another attention than the model's (e.g.
-`hedgehog` in three of four layers) starts from the softmax model's parameters (`train.initialize_from`). For its
-first `train.attention_transfer` steps the loss is the sum over those layers of the mean squared error between the
-layer's attention output and the output the model's own attention gives on the same queries, keys and values
-(`jformer.models.layers.transfer_output`: the teacher's output is what flows on, so each layer learns from the
-teacher's inputs), and only the parameters the new variant owns train (its feature maps): the teacher is the
-frozen rest of the same parameters tree, so no second model exists, on disk or in memory. Then the ordinary loss
-trains the parameters `train.trainable` names (all by default).
-
-Freezing is a wrapper of the optimizer (`freezing`): gradients and updates of frozen parameters are zeroed by a
-mask that depends on the step, so the optimizer state has one structure for the whole run and resume, time
-budgets and checkpoints need nothing new.
+"""Attention transfer (LoLCATs, Zhang et al. 2025) as a training objective, and which parameters a step trains:
+for the first `train.attention_transfer` steps only a replacing variant's own parameters train, against the model's
+own attention as teacher; then `train.trainable`'s. Freezing wraps the optimizer (`freezing`), so the optimizer
+state keeps one structure. Behaviour in full: docs/training.md (attention transfer).
 """
 
 from __future__ import annotations
@@ -43,9 +33,9 @@ def trainable_parameter(regex: str) -> Callable[[str], bool]:
   return lambda path: pattern is None or bool(pattern.fullmatch(path))
 
 
-def _path(key_path) -> str:
-  """A pytree key path as "a/b/0" (dict keys and sequence indices)."""
-  return "/".join(str(getattr(key, "key", getattr(key, "idx", key))) for key in key_path)
+def path_name(key_path) -> str:
+  """A pytree key path as "a/b/0" (dict keys, attribute names and sequence indices)."""
+  return "/".join(str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key)))) for key in key_path)
 
 
 class FreezingState(NamedTuple):
@@ -61,8 +51,8 @@ def freezing(tx: optax.GradientTransformation, *, transfer_steps: int, own: Call
 
   def masks(params, count):
     in_transfer = count < transfer_steps
-    return jax.tree_util.tree_map_with_path(
-        lambda path, _: jnp.where(in_transfer, own(_path(path)), trainable(_path(path))).astype(jnp.float32), params)
+    return jax.tree_util.tree_map_with_path(lambda path, _: jnp.where(
+        in_transfer, own(path_name(path)), trainable(path_name(path))).astype(jnp.float32), params)
 
   def init(params):
     return FreezingState(jnp.zeros((), jnp.int32), tx.init(params))
@@ -89,14 +79,15 @@ def run_optimizer(settings: RunSettings, total_steps: int | None = None):
 
 
 def transfer_loss(model, params, batch: dict) -> jax.Array:
-  """The sum over the replacing layers of each one's mean squared error against its teacher (module doc), the
+  """The sum over the replacing layers of each one's mean squared error against its teacher (docs/training.md), the
   model run deterministically with the 'transfer' collection mutable."""
   args, kwargs = model.call_arguments(batch)
   _, variables = model.apply({"params": params}, *args, **kwargs, deterministic=True, return_hidden=True,
                              mutable=[TRANSFER])
   sown = jax.tree_util.tree_flatten_with_path(variables.get(TRANSFER, {}))[0]
-  errors = {_path(path[:-2]): value for path, value in sown if _path(path).endswith("squared_error/0")}
-  counts = {_path(path[:-2]): value for path, value in sown if _path(path).endswith("count/0")}
+  errors = {path_name(path[:-2]): value for path, value in sown
+            if path_name(path).endswith("squared_error/0")}
+  counts = {path_name(path[:-2]): value for path, value in sown if path_name(path).endswith("count/0")}
   if not errors:
     raise ValueError("attention transfer found no layer to transfer: none sows its error (a layer kind must replace "
                      "the model's attention; model.remat must be 'none' below its 'auto' threshold)")

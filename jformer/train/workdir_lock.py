@@ -1,12 +1,6 @@
-"""One `jformer train` job per workdir: `hold(workdir)` refuses a second job naming the one that holds it.
-
-A local workdir gets an exclusive lock on `<workdir>/.jformer_train.lock` (`paths.file_lock`, not waiting), held
-while the run trains. The operating system releases it when the process ends in any way, so a crashed run never
-leaves the workdir locked: the file stays behind and only says who held it last. Only process 0 of a job takes the lock:
-all processes of one multi-process job share the workdir; the other processes of a refused job stop when its
-process 0 exits. A workdir on an object store (gs://...), which has no locks, gets a heartbeat claim instead
-(`paths.heartbeat_claim`: `<workdir>/.jformer_train.claim.json`, rewritten every HEARTBEAT_S seconds; a claim older
-than STALE_AFTER_S, left by a job that died, is taken over).
+"""One `jformer train` job per workdir: `hold(workdir)` refuses a second job naming the one that holds it: a lock
+file on a local workdir (released by the OS however the process ends), a heartbeat claim on an object store.
+Details: docs/training.md (one job per workdir).
 """
 
 from __future__ import annotations
@@ -35,7 +29,7 @@ class WorkdirInUseError(ValueError):
 @contextlib.contextmanager
 def hold(workdir: epath.PathLike) -> Iterator[None]:
   """Holds `workdir`'s train lock (a local folder) or claim (an object store) while the block runs, on process 0
-  (see the module doc).
+  (docs/training.md).
 
   Raises:
     WorkdirInUseError: another job holds it; the message names its pid, host and start time, and the fix.
