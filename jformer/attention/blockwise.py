@@ -261,6 +261,9 @@ def scan_forward(blocks: Blocks, score: Score | None, mods: Mods | None, q, k, v
   """
   batch, kv_heads, groups, q_len, _ = q.shape
   cq, ck = blocks.query_chunk, blocks.key_chunk
+  # Masking inputs tied to the query: under a scan over layers they are loop-invariant, and JAX's partial evaluation
+  # would hoist all that depends on them alone out of the loop, every block's visibility stacked (the [T, S] mask).
+  q, visibility, mask, kinds = lax.optimization_barrier((q, visibility, mask, kinds))
   indices = functools.partial(_indices, blocks, visibility, batch, kv_heads, groups)
 
   def query_chunk(i):
