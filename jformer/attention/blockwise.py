@@ -25,12 +25,12 @@ Key j is visible to query i iff the segments match (non-zero), the causal rule a
 position, the boolean `mask` allows it and a flex variant's mask_mod does. Before either pass a block mask
 classifies every block once per call (`block_kinds`): EMPTY (no query of it sees a key of it: both passes skip it),
 FULL (every query sees every key: computed without masking, mask_mod not evaluated) or PARTIAL (the visibility is
-computed, mask_mod included, and applied). It is read from per-chunk minima and maxima of segment ids and
-positions (exact for packed rows masked by index, as the model trains; elsewhere an undecided block is PARTIAL,
-always correct) and the mask_mod's values on each block; what is known when the program is built is a constant
-of it. So causal attention does about half the work, a window O(T * window), and a mask_mod runs only on the
-blocks it partly masks. Inside, heads come first and are grouped: query `[B, K, G, T, D]` (query head h = k * G +
-g uses key/value head k; H = K * G), key/value `[B, K, S, D]`, lengths padded to whole chunks.
+computed, mask_mod included, and applied). It is read from per-chunk minima and maxima of segment ids and positions
+(exact for packed rows masked by index, as the model trains; elsewhere an undecided block is PARTIAL, always
+correct) and the mask_mod's values on each block; what is known when the program is built is a constant of it. So
+causal attention does about half the work, a window O(T * window), and a mask_mod runs only on the blocks it partly
+masks. Inside, heads come first and are grouped: query `[B, K, G, T, D]` (query head h = k * G + g uses key/value
+head k; H = K * G), key/value `[B, K, S, D]`, lengths padded to whole chunks.
 """
 
 from __future__ import annotations
@@ -64,8 +64,7 @@ class Mods:
   k * G + g the query head, q_idx / kv_idx the positions of queries and keys); `params` the pytree of `attention`;
   q / kv: {name: the captured per-token values at the block's queries `[B, K or 1, G or 1, cq, 1]` / keys
   `[B, K or 1, G or 1, 1, ck]`}. `mask_reads_indices`: the mask_mod reads b, h, q_idx and kv_idx only, so where
-  the positions are the index its block mask is evaluated once per shape, when the program is built. Hashable:
-  a static argument.
+  the positions are the index its block mask is evaluated once per shape, when the program is built. Hashable.
   """
   score_mod: Callable | None = None
   mask_mod: Callable | None = None
@@ -76,7 +75,7 @@ class Mods:
 class Blocks:
   """Static layout of one call (hashable): chunk sizes (the lengths are padded to multiples of them), the causal
   flag, the logit soft-cap (0: none), the sliding window ((left, right), or None), the `score` function (None:
-  Q K^T / sqrt(E), paper eq. 1) and a flex variant's `Mods` (None: none)."""
+  Q K^T / sqrt(E), paper eq. 1) and a flex variant's `Mods` (`Mods()`: none)."""
   query_chunk: int
   key_chunk: int
   causal: bool
@@ -85,16 +84,10 @@ class Blocks:
   score: Score | None = None
   mods: Mods = Mods()
 
-  @property
-  def by_position(self) -> bool:
-    """Whether visibility reads positions (causal masking or a window)."""
-    return self.causal or self.window is not None
-
 
 class Visibility(NamedTuple):
   """Per-token arrays deciding which key each query sees (`ops.masks.visible_keys`): segment ids `[B or 1, T]` /
-  `[B or 1, S]` int (0: padding; None: one segment) and positions likewise (None: the index). Inside, padded to
-  whole chunks (ids with 0, positions with the last one, so per-chunk ranges stay tight), none left None."""
+  `[B or 1, S]` int (0: padding; None: one segment) and positions likewise (None: the index)."""
   q_segment_ids: jax.Array | None = None
   kv_segment_ids: jax.Array | None = None
   q_positions: jax.Array | None = None
@@ -204,13 +197,13 @@ def _inside(blocks: Blocks, visibility: Visibility, mask, query, key, value, cap
   """The inputs in the engine's layout (module doc), padded to whole chunks: ((the query `[B, K, G, T, E]`, times
   1 / sqrt(E) without a score function so the blocks compute q k^T; key and value `[B, K, S, D]`; the `Captured`
   values; the bias 4-D or None), (the visibility, `_padded`; the mask 4-D or None)): differentiable, and not.
-  Refuses shapes the engine does not take."""
-  (batch, q_len, heads, head_dim), (kv_len, kv_heads) = query.shape, key.shape[1:3]
-  if (query.ndim, key.ndim, value.shape[:3], head_dim) != (4, 4, key.shape[:3], key.shape[3]) or (
-      batch != key.shape[0] or heads % kv_heads or blocks.score is not None and heads != kv_heads):
+  Refuses shapes the engine does not take (query and key agree on batch and head_dim: `shape[::3]`)."""
+  if (query.ndim, key.ndim, value.shape[:3], query.shape[::3]) != (4, 4, key.shape[:3], key.shape[::3]) or (
+      query.shape[2] % key.shape[2] or blocks.score is not None and query.shape[2] != key.shape[2]):
     raise ValueError(f"attention takes query [B, T, H, E], key [B, S, K, E] and value [B, S, K, Dv] with H a multiple"
                      f" of K (K == H with a score function: the registry repeats key/value heads for a variant that "
                      f"does not declare 'gqa'), got {query.shape}, {key.shape} and {value.shape}")
+  (batch, q_len, heads, head_dim), (kv_len, kv_heads) = query.shape, key.shape[1:3]
   pads = (-q_len % blocks.query_chunk, -kv_len % blocks.key_chunk)
   query = query if blocks.score is not None else query * jnp.asarray(head_dim**-0.5, query.dtype)
   k, v = (jnp.pad(x, ((0, 0), (0, pads[1]), (0, 0), (0, 0))).transpose(0, 2, 1, 3) for x in (key, value))
@@ -224,15 +217,15 @@ def _inside(blocks: Blocks, visibility: Visibility, mask, query, key, value, cap
 
 def _padded(blocks: Blocks, visibility: Visibility, q_len: int, kv_len: int) -> Visibility:
   """`visibility` padded to whole chunks (ids with 0, positions with the last one: per-chunk ranges stay tight),
-  what the call does not give a constant of the program."""
-  pad = lambda x, n, c, mode: jnp.pad(x, ((0, 0), (0, -n % c)), mode=mode)
-  ids = lambda x, n, c: pad(jnp.ones((1, n), jnp.int32) if x is None else jnp.asarray(x, jnp.int32), n, c, "constant")
-  at = lambda x, n, c: pad(jnp.arange(n, dtype=jnp.int32)[None] if x is None else jnp.atleast_2d(x).astype(jnp.int32),
-                           n, c, "edge")
+  what the call does not give a constant of the program: one segment, positions by index."""
+  pad = lambda x, n, c, default, mode: jnp.pad(jnp.atleast_2d(default(n) if x is None else x).astype(jnp.int32),
+                                               ((0, 0), (0, -n % c)), mode=mode)
   cq, ck = blocks.query_chunk, blocks.key_chunk
   with jax.ensure_compile_time_eval():
-    return Visibility(ids(visibility.q_segment_ids, q_len, cq), ids(visibility.kv_segment_ids, kv_len, ck),
-                      at(visibility.q_positions, q_len, cq), at(visibility.kv_positions, kv_len, ck))
+    return Visibility(pad(visibility.q_segment_ids, q_len, cq, jnp.ones, "constant"),
+                      pad(visibility.kv_segment_ids, kv_len, ck, jnp.ones, "constant"),
+                      pad(visibility.q_positions, q_len, cq, jnp.arange, "edge"),
+                      pad(visibility.kv_positions, kv_len, ck, jnp.arange, "edge"))
 
 
 def block_kinds(blocks: Blocks, visibility: Visibility, mask, params, captured: Captured, *, query_shape: tuple,
@@ -242,17 +235,14 @@ def block_kinds(blocks: Blocks, visibility: Visibility, mask, params, captured: 
   full; a block is EMPTY where one part empties it in every row, FULL where every part fills it in every row (a
   `mask`: none FULL). A constant of the program when the call gives neither segment ids nor positions and the
   mask_mod reads the indices only."""
-  batch, kv_heads, groups = query_shape[0], key_shape[2], query_shape[2] // key_shape[2]
   with jax.ensure_compile_time_eval():
-    parts = [_segment_blocks(blocks, visibility)]
-    if blocks.by_position:
-      parts.append(_position_blocks(blocks, visibility))
+    parts = [_segment_blocks(blocks, visibility), _position_blocks(blocks, visibility)]
     if blocks.mods.mask_mod is not None:
       if blocks.mods.mask_reads_indices and not any(isinstance(p, jax.core.Tracer) for p in visibility[2:]):
         parts.append(_index_mod_blocks(blocks, tuple(query_shape), tuple(key_shape)))
       else:
-        parts.append(_mod_blocks(blocks, visibility.q_positions, visibility.kv_positions, params, captured, batch,
-                                 kv_heads, groups))
+        parts.append(_mod_blocks(blocks, visibility.q_positions, visibility.kv_positions, params, captured,
+                                 query_shape, key_shape))
     empty = functools.reduce(jnp.logical_or, [e for e, _ in parts]).all(0)
     full = functools.reduce(jnp.logical_and, [f for _, f in parts]).all(0) & (mask is None)
     return jnp.where(empty, EMPTY, jnp.where(full, FULL, PARTIAL)).astype(jnp.int8)
@@ -273,7 +263,8 @@ def _segment_blocks(blocks: Blocks, visibility: Visibility) -> tuple[jax.Array, 
 
 
 def _position_blocks(blocks: Blocks, visibility: Visibility) -> tuple[jax.Array, jax.Array]:
-  """(empty, full) `[B or 1, nq, nk]` by the causal rule and the window, from the chunks' position ranges."""
+  """(empty, full) `[B or 1, nq, nk]` by the causal rule and the window, from the chunks' position ranges (neither:
+  nothing empty, all full)."""
   q_lo, q_hi, kv_lo, kv_hi = _chunk_ranges(blocks, visibility.q_positions, visibility.kv_positions)
   empty, full = jnp.zeros((), bool), jnp.ones((), bool)
   if blocks.causal:
@@ -287,26 +278,25 @@ def _position_blocks(blocks: Blocks, visibility: Visibility) -> tuple[jax.Array,
 
 @functools.lru_cache(maxsize=64)
 def _index_mod_blocks(blocks: Blocks, query_shape: tuple, key_shape: tuple) -> tuple[jax.Array, jax.Array]:
-  """`_mod_blocks` where positions are the index: evaluated once per shape, when the program is built."""
-  with jax.ensure_compile_time_eval():
-    padded = _padded(blocks, Visibility(), query_shape[1], key_shape[1])
-    return _mod_blocks(blocks, padded.q_positions, padded.kv_positions, None, Captured({}, {}), query_shape[0],
-                       key_shape[2], query_shape[2] // key_shape[2])
+  """`_mod_blocks` where positions are the index: evaluated once per shape, when the program is built (`block_kinds`
+  calls it at compile time)."""
+  padded = _padded(blocks, Visibility(), query_shape[1], key_shape[1])
+  return _mod_blocks(blocks, padded.q_positions, padded.kv_positions, None, Captured({}, {}), query_shape, key_shape)
 
 
-def _mod_blocks(blocks: Blocks, q_positions, kv_positions, params, captured: Captured, batch: int,
-                kv_heads: int, groups: int) -> tuple[jax.Array, jax.Array]:
+def _mod_blocks(blocks: Blocks, q_positions, kv_positions, params, captured: Captured, query_shape: tuple,
+                key_shape: tuple) -> tuple[jax.Array, jax.Array]:
   """(empty, full) `[B or 1, nq, nk]` by the mask_mod, evaluated on one chunk of queries against all keys at a
   time (memory cq x S), every head of a row reduced together."""
   cq, ck = blocks.query_chunk, blocks.key_chunk
   kv_len = kv_positions.shape[1]
-  b, h = _batch_and_heads(batch, kv_heads, groups)
+  b, h = _batch_and_heads(query_shape[0], key_shape[2], query_shape[2] // key_shape[2])
   kv_idx = kv_positions[:, None, None, None, :]
   kv = {name: x[..., None, :] for name, x in captured.kv.items()}
 
   def query_chunk(i):
     q_idx = lax.dynamic_slice_in_dim(q_positions, i * cq, cq, axis=1)[:, None, None, :, None]
-    q = {name: lax.dynamic_slice_in_dim(x, i * cq, cq, axis=3)[..., None] for name, x in captured.q.items()}
+    q = {name: x[..., None] for name, x in _chunk(captured.q, i, cq).items()}
     visible = jnp.asarray(blocks.mods.mask_mod(b, h, q_idx, kv_idx, params, q, kv))
     visible = jnp.broadcast_to(visible, jnp.broadcast_shapes(visible.shape, (1, 1, 1, cq, kv_len)))
     visible = visible.reshape(visible.shape[0], -1, cq, kv_len // ck, ck)
@@ -317,9 +307,8 @@ def _mod_blocks(blocks: Blocks, q_positions, kv_positions, params, captured: Cap
 
 
 def _forward(blocks: Blocks, q, k, v, params, captured: Captured, visibility: Visibility, mask, bias, kinds):
-  """The forward pass inside (module doc): `lax.map` over query chunks, `lax.scan` over key chunks, each block run
-  as its kind says (`block_kinds`). Returns per query chunk (out `[nq, B, K, G, cq, Dv]` in the query dtype, lse
-  `[nq, B, K, G, cq]` float32)."""
+  """The forward pass inside (module doc), `lax.map` over query chunks, `lax.scan` over key chunks, each block as
+  its kind says: per query chunk, out `[nq, B, K, G, cq, Dv]` (the query dtype) and lse `[nq, B, K, G, cq]` f32."""
   batch, kv_heads, groups, q_len, _ = q.shape
   cq, ck = blocks.query_chunk, blocks.key_chunk
   # Masking inputs tied to the query: under a scan over layers they are loop-invariant, and JAX's partial evaluation
@@ -328,12 +317,10 @@ def _forward(blocks: Blocks, q, k, v, params, captured: Captured, visibility: Vi
   indices = functools.partial(_indices, blocks, visibility, batch, kv_heads, groups)
 
   def query_chunk(i):
-    q_blk = lax.dynamic_slice_in_dim(q, i * cq, cq, axis=3)
-    q_caps = _token_chunk(captured.q, i, cq)
+    q_blk, q_caps = _chunk((q, captured.q), i, cq)
 
     def key_chunk(carry, j):
-      k_blk, v_blk = (lax.dynamic_slice_in_dim(x, j * ck, ck, axis=2) for x in (k, v))
-      kv_caps = _token_chunk(captured.kv, j, ck)
+      (k_blk, v_blk), kv_caps = _chunk((k, v), j, ck, axis=2), _chunk(captured.kv, j, ck)
       index = indices(i, j)
 
       def attend(carry, visible):
@@ -363,20 +350,16 @@ def _forward(blocks: Blocks, q, k, v, params, captured: Captured, visibility: Vi
   return lax.map(query_chunk, jnp.arange(q_len // cq))
 
 
-def _scores(blocks: Blocks, q_blk, k_blk, params) -> jax.Array:
-  """`[B, K, G, cq, ck]` float32 logits of one block: q k^T, or `blocks.score` per head (G = 1 then); soft-capped."""
+def _block_logits(blocks: Blocks, index, visible, q_blk, k_blk, params, bias_blk, q_caps, kv_caps) -> jax.Array:
+  """`[B, K, G, cq, ck]` float32: mod(cap(score)) + bias of one block, before masking (score: q k^T, or
+  `blocks.score` per head, G = 1 then): a function of everything the backward differentiates (query, key,
+  parameters, bias and captured values of the block). The score_mod sees the indices and captured values of a
+  visible pair where `visible` (None: all) masks one (`visible_arguments`)."""
   if blocks.score is None:
     s = jnp.einsum("bkgqd,bkcd->bkgqc", q_blk, k_blk, preferred_element_type=jnp.float32)
   else:
     s = blocks.score(q_blk[:, :, 0], k_blk, params).astype(jnp.float32)[:, :, None]
-  return soft_cap(s, blocks.softcap)
-
-
-def _block_logits(blocks: Blocks, index, visible, q_blk, k_blk, params, bias_blk, q_caps, kv_caps) -> jax.Array:
-  """`[B, K, G, cq, ck]` float32: mod(cap(score)) + bias of one block, before masking: a function of everything
-  the backward differentiates (query, key, parameters, bias and captured values of the block). The score_mod sees
-  the indices and captured values of a visible pair where `visible` (None: all) masks one (`visible_arguments`)."""
-  s = _scores(blocks, q_blk, k_blk, params)
+  s = soft_cap(s, blocks.softcap)
   if blocks.mods.score_mod is not None:
     q = {name: x[..., None] for name, x in q_caps.items()}
     kv = {name: x[..., None, :] for name, x in kv_caps.items()}
@@ -409,9 +392,9 @@ def visible_arguments(visible: jax.Array | None, arguments):
 
 def _backward(blocks: Blocks, q, k, v, params, captured: Captured, visibility: Visibility, mask, bias, kinds, out,
               lse, dout):
-  """The backward pass inside (module doc) at the output `[B, K, G, T, Dv]` and lse `[B, K, G, T]`, in one pass
-  (`lax.scan` over key chunks, inner `lax.scan` over query chunks, each block run as its kind says): float32
-  gradients ((q, k, v, the captured values, the bias), params)."""
+  """The backward pass inside (module doc) at out `[B, K, G, T, Dv]` and lse `[B, K, G, T]`: `lax.scan` over key
+  chunks, inner `lax.scan` over query chunks, each block as its kind says; float32 ((dq, dk, dv, dcaptured, dbias),
+  dparams)."""
   batch, kv_heads, groups, q_len = q.shape[:4]
   cq, ck = blocks.query_chunk, blocks.key_chunk
   f32_zeros = lambda tree: jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), tree)
@@ -420,14 +403,11 @@ def _backward(blocks: Blocks, q, k, v, params, captured: Captured, visibility: V
   indices = functools.partial(_indices, blocks, visibility, batch, kv_heads, groups)
 
   def key_chunk(carry, j):
-    k_blk, v_blk = (lax.dynamic_slice_in_dim(x, j * ck, ck, axis=2) for x in (k, v))
-    kv_caps = _token_chunk(captured.kv, j, ck)
+    (k_blk, v_blk), kv_caps = _chunk((k, v), j, ck, axis=2), _chunk(captured.kv, j, ck)
 
     def query_chunk(carry, i):
-      dq, dparams, dq_caps, dbias, dk_blk, dv_blk, dkv_caps = carry
-      q_blk, do_blk = (lax.dynamic_slice_in_dim(x, i * cq, cq, axis=3) for x in (q, dout))
-      lse_blk, delta_blk = (lax.dynamic_slice_in_dim(x, i * cq, cq, axis=3) for x in (lse, delta))
-      q_caps = _token_chunk(captured.q, i, cq)
+      dq, dq_caps, dbias, dparams, dk_blk, dv_blk, dkv_caps = carry
+      q_blk, do_blk, lse_blk, delta_blk, q_caps = _chunk((q, dout, lse, delta, captured.q), i, cq)
       index = indices(i, j)
       # What the block's logits are differentiated wrt: query, key, parameters, bias, captured values.
       inputs = (q_blk, k_blk, params, _pairwise_block(bias, i, j, cq, ck), q_caps, kv_caps)
@@ -447,34 +427,23 @@ def _backward(blocks: Blocks, q, k, v, params, captured: Captured, visibility: V
 
       dv_j, dq_i, dk_j, dparams_ij, dbias_ij, dq_caps_i, dkv_caps_j = lax.switch(
           kinds[i, j].astype(jnp.int32), (skip, partial, lambda: grads(None)))
-      dparams = jax.tree.map(jnp.add, dparams, dparams_ij)
-      dq = _add_at(dq, dq_i, i * cq, axis=3)
-      dq_caps = jax.tree.map(lambda d, d_i: _add_at(d, d_i, i * cq, axis=3), dq_caps, dq_caps_i)
+      add_at = lambda d, d_i: lax.dynamic_update_slice_in_dim(d, _chunk(d, i, cq) + d_i, i * cq, 3)  # to chunk i
+      dq, dq_caps = jax.tree.map(add_at, (dq, dq_caps), (dq_i, dq_caps_i))
       if bias is not None:
         starts = (0, 0, i * cq if dbias.shape[2] > 1 else 0, j * ck if dbias.shape[3] > 1 else 0)
         dbias = lax.dynamic_update_slice(dbias, lax.dynamic_slice(dbias, starts, dbias_ij.shape) + dbias_ij, starts)
-      dkv_caps = jax.tree.map(jnp.add, dkv_caps, dkv_caps_j)
-      return (dq, dparams, dq_caps, dbias, dk_blk + dk_j, dv_blk + dv_j, dkv_caps), None
+      sums = jax.tree.map(jnp.add, (dparams, dk_blk, dv_blk, dkv_caps), (dparams_ij, dk_j, dv_j, dkv_caps_j))
+      return (dq, dq_caps, dbias, *sums), None
 
-    dq, dparams, dq_caps, dbias = carry
-    init = (dq, dparams, dq_caps, dbias, jnp.zeros(k_blk.shape, jnp.float32), jnp.zeros(v_blk.shape, jnp.float32),
-            f32_zeros(kv_caps))
-    (dq, dparams, dq_caps, dbias, dk_blk, dv_blk, dkv_caps), _ = lax.scan(query_chunk, init, jnp.arange(q_len // cq))
-    return (dq, dparams, dq_caps, dbias), (dk_blk, dv_blk, dkv_caps)
+    (dq, dq_caps, dbias, dparams, dk_blk, dv_blk, dkv_caps), _ = lax.scan(
+        query_chunk, (*carry, *f32_zeros((k_blk, v_blk, kv_caps))), jnp.arange(q_len // cq))
+    return (dq, dq_caps, dbias, dparams), (dk_blk, dv_blk, dkv_caps)
 
-  init = (jnp.zeros(q.shape, jnp.float32), f32_zeros(params), f32_zeros(captured.q),
-          None if bias is None else jnp.zeros(bias.shape, jnp.float32))
-  (dq, dparams, dq_caps, dbias), (dk, dv, dkv_caps) = lax.scan(key_chunk, init, jnp.arange(k.shape[2] // ck))
+  init = f32_zeros((q, captured.q, bias, params))
+  (dq, dq_caps, dbias, dparams), (dk, dv, dkv_caps) = lax.scan(key_chunk, init, jnp.arange(k.shape[2] // ck))
   unchunk = lambda x: jnp.moveaxis(x, 0, 2).reshape(*x.shape[1:3], -1, x.shape[-1])  # [nk, B, K, ck, D] -> [B, K, S, D]
   dkv_caps = jax.tree.map(lambda x: jnp.moveaxis(x, 0, -2).reshape(*x.shape[1:-1], -1), dkv_caps)
   return (dq, unchunk(dk), unchunk(dv), Captured(dq_caps, dkv_caps), dbias), dparams
-
-
-def _add_at(total: jax.Array, part: jax.Array, start, axis: int) -> jax.Array:
-  """`total` with `part` added to its slice at `start` along `axis`."""
-  size = part.shape[axis]
-  return lax.dynamic_update_slice_in_dim(total, lax.dynamic_slice_in_dim(total, start, size, axis) + part, start,
-                                         axis)
 
 
 def _batch_and_heads(batch: int, kv_heads: int, groups: int) -> tuple[jax.Array, jax.Array]:
@@ -491,9 +460,10 @@ def _indices(blocks: Blocks, visibility: Visibility, batch: int, kv_heads: int, 
   return (*_batch_and_heads(batch, kv_heads, groups), q_idx, kv_idx)
 
 
-def _token_chunk(values: dict, i, chunk: int) -> dict:
-  """{name: chunk i of a grouped per-token array `[B, K or 1, G or 1, L]`}."""
-  return {name: lax.dynamic_slice_in_dim(x, i * chunk, chunk, axis=3) for name, x in values.items()}
+def _chunk(tree, i, chunk: int, axis: int = 3):
+  """Chunk i (of `chunk` tokens) of each array in `tree`, the tokens on `axis` (3: grouped queries, captured
+  values, lse; 2: keys and values)."""
+  return jax.tree.map(lambda x: lax.dynamic_slice_in_dim(x, i * chunk, chunk, axis=axis), tree)
 
 
 def _visible(blocks: Blocks, visibility: Visibility, mask, params, q_caps, kv_caps, index, i, j,
@@ -502,10 +472,9 @@ def _visible(blocks: Blocks, visibility: Visibility, mask, params, q_caps, kv_ca
   cq, ck = blocks.query_chunk, blocks.key_chunk
   q_slice = lambda x: lax.dynamic_slice_in_dim(x, i * cq, cq, axis=1)
   kv_slice = lambda x: lax.dynamic_slice_in_dim(x, j * ck, ck, axis=1)
-  positions = ((q_slice(visibility.q_positions), kv_slice(visibility.kv_positions)) if blocks.by_position
-               else (None, None))
   visible = masks.visible_keys(q_slice(visibility.q_segment_ids), kv_slice(visibility.kv_segment_ids),
-                               *positions, causal=blocks.causal, window=blocks.window)[:, None, None]
+                               q_slice(visibility.q_positions), kv_slice(visibility.kv_positions),
+                               causal=blocks.causal, window=blocks.window)[:, None, None]
   if mask is not None:
     visible = visible & _grouped(_pairwise_block(mask, i, j, cq, ck), kv_heads)
   if blocks.mods.mask_mod is not None:

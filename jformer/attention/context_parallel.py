@@ -171,11 +171,10 @@ def _ring(how: Split, fn, arguments: dict, options: dict, query, key, value, tok
   if how.balanced:
     query, key, value, visibility = _reorder(how, (query, key, value, visibility), to_balanced=True)
   halves = 2 if how.balanced else 1  # chunks do not straddle the two halves, so whole blocks are skipped.
-  window = arguments.get("window")
   blocks = blockwise.Blocks(_divisor(t // halves, options.get("query_chunk_size", QUERY_CHUNK)),
                             _divisor(s // halves, options.get("key_chunk_size", KEY_CHUNK)),
                             bool(arguments.get("causal")), float(arguments.get("logits_softcap", 0.0)),
-                            None if window is None else (int(window[0]), int(window[1])))
+                            None if arguments.get("window") is None else tuple(map(int, arguments["window"])))
   out = _ring_attention(_Ring(how.axis, how.size, blocks), query, key, value, visibility)
   return _reorder(how, out, to_balanced=False) if how.balanced else out
 
@@ -233,11 +232,11 @@ def _ring_backward(ring: _Ring, residuals: blockwise.Residuals, d_out):
     block, dk, dv = ring.pass_on((block, dk + f32(grads.key), dv + f32(grads.value)))
     return (block, dq + f32(grads.query), dk, dv), None
 
-  q, k, v, visibility = residuals.query, residuals.key, residuals.value, residuals.visibility
-  init = ((k, v, visibility.kv_segment_ids, visibility.kv_positions), *(jnp.zeros(x.shape, jnp.float32)
-                                                                        for x in (q, k, v)))
-  (_, dq, dk, dv), _ = lax.scan(step, init, None, length=ring.size)
-  return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
+  inputs, visibility = (residuals.query, residuals.key, residuals.value), residuals.visibility
+  block = (residuals.key, residuals.value, visibility.kv_segment_ids, visibility.kv_positions)
+  init = (block, *(jnp.zeros(x.shape, jnp.float32) for x in inputs))
+  (_, *grads), _ = lax.scan(step, init, None, length=ring.size)
+  return (*(g.astype(x.dtype) for g, x in zip(grads, inputs)), None)
 
 
 _ring_attention.defvjp(_ring_forward, _ring_backward)
