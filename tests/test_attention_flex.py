@@ -197,9 +197,9 @@ def test_the_block_mask_is_exact_for_packed_rows_masked_by_index_and_a_constant_
     ids = ids if order == "packed" else rng.permuted(ids, axis=1)
     positions = index if by_index else np.stack([_positions_in_examples(row) for row in ids])
     visibility = blockwise.Visibility(*(jnp.asarray(x) for x in (ids, ids, positions, positions)))
-    kinds = np.asarray(blockwise.block_kinds(blockwise.Blocks(cq, ck, causal=True, window=window), None, visibility,
-                                             None, None, blockwise.Captured({}, {}), batch=2, kv_heads=1, groups=1,
-                                             lengths=(length, length)))
+    kinds = np.asarray(blockwise.block_kinds(blockwise.Blocks(cq, ck, causal=True, window=window), visibility, None,
+                                             None, blockwise.Captured({}, {}), query_shape=(2, length, 1, 1),
+                                             key_shape=(2, length, 1, 1)))
     visible = np.asarray(masks.visible_keys(ids, ids, positions, positions, causal=True, window=window))
     per_block = visible.reshape(2, length // cq, cq, length // ck, ck).transpose(1, 3, 0, 2, 4).reshape(
         length // cq, length // ck, -1)
@@ -216,9 +216,9 @@ def test_the_block_mask_is_exact_for_packed_rows_masked_by_index_and_a_constant_
       by_index = blockwise.Visibility(*(jnp.ones((1, length), jnp.int32),) * 2, *(jnp.arange(length)[None],) * 2)
     mods = blockwise.Mods(mask_mod=lambda b, h, q_idx, kv_idx, *_: q_idx >= kv_idx, mask_reads_indices=True)
     for visibility in (by_index, by_index._replace(q_segment_ids=ids, kv_segment_ids=ids)):
-      seen.append(blockwise.block_kinds(blockwise.Blocks(cq, ck, causal=False), mods, visibility, None, None,
-                                        blockwise.Captured({}, {}), batch=1, kv_heads=1, groups=1,
-                                        lengths=(length, length)))
+      seen.append(blockwise.block_kinds(blockwise.Blocks(cq, ck, causal=False, mods=mods), visibility, None, None,
+                                        blockwise.Captured({}, {}), query_shape=(1, length, 1, 1),
+                                        key_shape=(1, length, 1, 1)))
     return ids
 
   traced(jnp.ones((1, length), jnp.int32))

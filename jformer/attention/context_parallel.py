@@ -10,17 +10,13 @@ device with its share of the batch, heads and tokens, by the placement's `contex
   causal masks and windows stay exact; a variant that masks by index only (`splash` declares `splits_sequence`
   and shards its mask by query blocks itself) cannot take a share of a causal or windowed call.
 - `ring` (Liu et al. 2023, "Ring Attention with Blockwise Transformers"): keys and values stay split; n times,
-  each device attends its queries to the block it holds with the blockwise engine (`jformer.attention.blockwise`,
-  the forward that also returns the log-sum-exp), merges the result into its running output by log-sum-exp,
-
-      lse = log(e^lse_a + e^lse_b),   out = e^(lse_a - lse) out_a + e^(lse_b - lse) out_b,
-
-  and passes the block to the next device (`ppermute`). The backward is a second ring (a custom VJP): each block
-  comes by again, the engine's backward gives the block's dq, dk, dv from the merged output and log-sum-exp
-  (softmax's gradient needs only those), and dk, dv travel with their block until it is home. Memory for keys
-  and values is O(T / n) per device, against O(T) for `gather`. The ring computes softmax attention, Q K^T /
-  sqrt(d) with the soft-cap, windows and segments of the signature, on the blockwise engine whatever kernel the
-  variant would pick; a variant that is not softmax attention is refused.
+  each device attends its queries to the block it holds with the blockwise engine's `forward_blocks`, merges the
+  result into its running output by log-sum-exp (the equation is there) and passes the block to the next device
+  (`ppermute`). The backward is a second ring (a custom VJP): each block comes by again, `backward_blocks` gives
+  its dq, dk, dv at the merged output and log-sum-exp, and dk, dv travel with their block until it is home.
+  Memory for keys and values is O(T / n) per device, against O(T) for `gather`. The ring computes softmax
+  attention, Q K^T / sqrt(d) with the soft-cap, windows and segments of the signature, on the blockwise engine
+  whatever kernel the variant would pick; a variant that is not softmax attention is refused.
 
 Causal masks leave the early tokens little to see: in n contiguous shares the device holding the last one does
 n times the work of the first. So for a causal call whose length splits into 2n halves, the shares are reordered
@@ -168,27 +164,18 @@ def _gather(how: Split, fn: Callable, arguments: dict, options: dict, query, key
 def _ring(how: Split, fn, arguments: dict, options: dict, query, key, value, tokens: dict, operands: dict):
   """One device: its queries `[b, t, h, D]` against the key/value blocks passed around the ring (module doc)."""
   del fn, operands  # the ring runs the blockwise engine.
-  t, kv_heads, head_dim = query.shape[1], key.shape[2], query.shape[3]
-  ids = {n: tokens.get(n, jnp.ones((1, x.shape[1]), jnp.int32))
-         for n, x in (("q_segment_ids", query), ("kv_segment_ids", key))}
-  visibility = blockwise.Visibility(ids["q_segment_ids"], ids["kv_segment_ids"],
+  t, s = query.shape[1], key.shape[1]
+  visibility = blockwise.Visibility(tokens.get("q_segment_ids"), tokens.get("kv_segment_ids"),
                                     tokens.get("q_positions", _own_positions(how, t)),
-                                    tokens.get("kv_positions", _own_positions(how, key.shape[1])))
+                                    tokens.get("kv_positions", _own_positions(how, s)))
   if how.balanced:
     query, key, value, visibility = _reorder(how, (query, key, value, visibility), to_balanced=True)
-  unit = t // 2 if how.balanced else t  # chunks do not straddle the two halves, so whole blocks are skipped.
-  window = arguments.get("window")
-  blocks = blockwise.Blocks(_divisor(unit, options.get("query_chunk_size", QUERY_CHUNK)),
-                            _divisor(key.shape[1] // (2 if how.balanced else 1),
-                                     options.get("key_chunk_size", KEY_CHUNK)),
+  halves = 2 if how.balanced else 1  # chunks do not straddle the two halves, so whole blocks are skipped.
+  blocks = blockwise.Blocks(_divisor(t // halves, options.get("query_chunk_size", QUERY_CHUNK)),
+                            _divisor(s // halves, options.get("key_chunk_size", KEY_CHUNK)),
                             bool(arguments.get("causal")), float(arguments.get("logits_softcap", 0.0)),
-                            None if window is None else (int(window[0]), int(window[1])))
-  batch, heads = query.shape[0], query.shape[2]
-  q_BxKxGxTxD = (query * jnp.asarray(head_dim**-0.5, query.dtype)).reshape(
-      batch, t, kv_heads, heads // kv_heads, head_dim).transpose(0, 2, 3, 1, 4)
-  k_BxKxSxD, v_BxKxSxD = (x.transpose(0, 2, 1, 3) for x in (key, value))
-  out_BxKxGxTxD = _ring_attention(_Ring(how.axis, how.size, blocks), q_BxKxGxTxD, k_BxKxSxD, v_BxKxSxD, visibility)
-  out = out_BxKxGxTxD.transpose(0, 3, 1, 2, 4).reshape(batch, t, heads, -1)
+                            None if arguments.get("window") is None else tuple(map(int, arguments["window"])))
+  out = _ring_attention(_Ring(how.axis, how.size, blocks), query, key, value, visibility)
   return _reorder(how, out, to_balanced=False) if how.balanced else out
 
 
@@ -207,66 +194,52 @@ class _Ring:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _ring_attention(ring: _Ring, q, k, v, visibility: blockwise.Visibility):
-  """softmax attention of this device's queries `[b, K, G, t, D]` (pre-scaled) over the keys/values `[b, K, s, D]`
-  of every device: `[b, K, G, t, Dv]`."""
+  """softmax attention of this device's queries `[b, t, h, D]` over the keys/values `[b, s, K, D]` of every
+  device: `[b, t, h, Dv]`."""
   return _ring_forward(ring, q, k, v, visibility)[0]
 
 
 def _ring_forward(ring: _Ring, q, k, v, visibility: blockwise.Visibility):
-  """The forward ring: (out, residuals), out merged by log-sum-exp over the n blocks."""
+  """The forward ring: (out, its `blockwise.Residuals`), out and lse merged by log-sum-exp over the n blocks."""
 
   def step(carry, _):
     block, out, lse = carry
     k_s, v_s, kv_ids, kv_positions = block
     seen = visibility._replace(kv_segment_ids=kv_ids, kv_positions=kv_positions)
-    out_s, lse_s = blockwise.scan_forward(ring.blocks, None, None, q, k_s, v_s, None, NO_CAPTURES, seen, None, None,
-                                          _block_kinds(ring, q, k_s, seen))
-    merged = jnp.logaddexp(lse, lse_s)
-    out = (jnp.exp(lse - merged)[..., None] * out
-           + jnp.exp(lse_s - merged)[..., None] * out_s.astype(jnp.float32))
+    out_s, part = blockwise.forward_blocks(query=q, key=k_s, value=v_s, blocks=ring.blocks, visibility=seen)
+    merged = jnp.logaddexp(lse, part.lse)
+    out = jnp.exp(lse - merged)[..., None] * out + jnp.exp(part.lse - merged)[..., None] * out_s.astype(jnp.float32)
     return (ring.pass_on(block), out, merged), None
 
   block = (k, v, visibility.kv_segment_ids, visibility.kv_positions)
   init = (block, jnp.zeros(q.shape[:-1] + v.shape[-1:], jnp.float32), jnp.full(q.shape[:-1], blockwise.MASK_VALUE))
   (_, out, lse), _ = lax.scan(step, init, None, length=ring.size)
   out = out.astype(q.dtype)
-  return out, (q, k, v, visibility, out, lse)
+  return out, blockwise.Residuals(query=q, key=k, value=v, out=out, lse=lse, visibility=visibility)
 
 
-def _ring_backward(ring: _Ring, residuals, dout):
+def _ring_backward(ring: _Ring, residuals: blockwise.Residuals, d_out):
   """The backward ring: each block's dq, dk, dv from the engine's backward at the merged output and log-sum-exp;
   dq stays, dk and dv travel with their block, home after n passes."""
-  q, k, v, visibility, out, lse = residuals
+  f32 = lambda x: x.astype(jnp.float32)
 
   def step(carry, _):
     block, dq, dk, dv = carry
     k_s, v_s, kv_ids, kv_positions = block
-    seen = visibility._replace(kv_segment_ids=kv_ids, kv_positions=kv_positions)
-    residuals = (q, k_s, v_s, None, NO_CAPTURES, seen, None, None, _block_kinds(ring, q, k_s, seen), out, lse)
-    dq_s, dk_s, dv_s, *_ = blockwise.backward(ring.blocks, None, None, residuals, dout)
-    f32 = lambda x: x.astype(jnp.float32)
-    block, dk, dv = ring.pass_on((block, dk + f32(dk_s), dv + f32(dv_s)))
-    return (block, dq + f32(dq_s), dk, dv), None
+    seen = residuals.visibility._replace(kv_segment_ids=kv_ids, kv_positions=kv_positions)
+    grads = blockwise.backward_blocks(residuals=residuals._replace(key=k_s, value=v_s, visibility=seen),
+                                      d_out=d_out, blocks=ring.blocks)
+    block, dk, dv = ring.pass_on((block, dk + f32(grads.key), dv + f32(grads.value)))
+    return (block, dq + f32(grads.query), dk, dv), None
 
-  zeros = lambda x: jnp.zeros(x.shape, jnp.float32)
-  init = ((k, v, visibility.kv_segment_ids, visibility.kv_positions), zeros(q), zeros(k), zeros(v))
-  (_, dq, dk, dv), _ = lax.scan(step, init, None, length=ring.size)
-  return dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), None
+  inputs, visibility = (residuals.query, residuals.key, residuals.value), residuals.visibility
+  block = (residuals.key, residuals.value, visibility.kv_segment_ids, visibility.kv_positions)
+  init = (block, *(jnp.zeros(x.shape, jnp.float32) for x in inputs))
+  (_, *grads), _ = lax.scan(step, init, None, length=ring.size)
+  return (*(g.astype(x.dtype) for g, x in zip(grads, inputs)), None)
 
 
 _ring_attention.defvjp(_ring_forward, _ring_backward)
-
-
-# The ring computes plain softmax attention: no flex mods, so no captured values.
-NO_CAPTURES = blockwise.Captured({}, {})
-
-
-def _block_kinds(ring: _Ring, q, k, visibility: blockwise.Visibility) -> jax.Array:
-  """The block mask of this device's queries `[b, K, G, t, D]` against the block of keys `[b, K, s, D]` it holds
-  now (`blockwise.block_kinds`): blocks the segments, causality or window leave empty are skipped there too."""
-  batch, kv_heads, groups, q_len = q.shape[:4]
-  return blockwise.block_kinds(ring.blocks, None, visibility, None, None, NO_CAPTURES, batch=batch, kv_heads=kv_heads,
-                               groups=groups, lengths=(q_len, k.shape[2]))
 
 
 def _by_position(arguments: dict) -> bool:
