@@ -114,3 +114,33 @@ def test_a_second_process_loads_the_programs_the_first_compiled(tmp_path):
   second = run()
   assert second[1] == first[1] and int(second[2].split()[1]) >= 1
   assert sorted(p.name for p in folder.iterdir()) == entries
+
+
+@pytest.mark.integration  # two processes that import jax.
+def test_the_test_runs_cache_keeps_this_processs_programs_apart_from_the_commands():
+  """tests/conftest.py: this process compiles at -O0 and the commands tests start at the default level, into one
+  cache folder; the same program compiled by both is two entries, and a second command loads the first's."""
+  from jax._src import cache_key
+
+  folder = runtime.compilation_cache_folder()
+  assert folder and "--xla_backend_optimization_level=0" in cache_key.custom_hook()
+  program = f"lambda x: jnp.sin(jnp.tanh(x @ x.T * {os.getpid()})).sum()"  # new to a folder kept between runs.
+  cache_entries = lambda: {name for name in os.listdir(folder) if name.endswith("-cache")}
+  import jax
+  import jax.numpy as jnp
+
+  previous = jax.config.jax_persistent_cache_min_compile_time_secs
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  try:
+    jax.jit(eval(program, {"jnp": jnp}))(jnp.ones((12, 12))).block_until_ready()
+  finally:
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", previous)
+  here = cache_entries()
+  command = (f"import jax, jax.numpy as jnp; from jformer import runtime; "
+             f"runtime.configure_compilation_cache(min_compile_seconds=0); "
+             f"jax.jit({program})(jnp.ones((12, 12))).block_until_ready()")
+  subprocess.run([sys.executable, "-c", command], check=True, timeout=120)
+  first = cache_entries()
+  assert any(name.startswith("jit__lambda") for name in first - here)  # not loaded from this process's entry.
+  subprocess.run([sys.executable, "-c", command], check=True, timeout=120)
+  assert cache_entries() == first  # loaded from the first command's.
