@@ -176,3 +176,13 @@ def test_the_demo_prints_what_its_recipe_measured_and_chose(tiny_corpus, capsys)
   assert line.startswith("recipe: 400 pairs, ") and "s each, estimated)" in line and " passes -> " in line
   assert line.endswith("model.vocab_size 8000 (any examples), model.dropout_rate 0.1 (any passes)")
   assert (adapted.model.vocab_size, adapted.model.dropout_rate) == (8000, 0.1)
+
+
+def test_the_former_module_name_still_serves_the_recipe():
+  """`jformer.train.recipe`, where the adaptive recipe lived before `jformer.config.adaptive`, gives the same
+  functions and constants (code written against the released name keeps working)."""
+  from jformer.train import recipe
+
+  assert (recipe.adapt, recipe.choose, recipe.Inputs, recipe.probe_rate) == (
+      adaptive.adapt, adaptive.choose, adaptive.Inputs, adaptive.probe_rate)
+  assert recipe.BUDGET_TRAINING_FRACTION == adaptive.BUDGET_TRAINING_FRACTION
