@@ -125,22 +125,26 @@ def test_the_test_runs_cache_keeps_this_processs_programs_apart_from_the_command
   folder = runtime.compilation_cache_folder()
   assert folder and "--xla_backend_optimization_level=0" in cache_key.custom_hook()
   program = f"lambda x: jnp.sin(jnp.tanh(x @ x.T * {os.getpid()})).sum()"  # new to a folder kept between runs.
-  cache_entries = lambda: {name for name in os.listdir(folder) if name.endswith("-cache")}
+  name = f"cache_probe_{os.getpid()}"  # its entries' names: the other tests' processes write to the folder meanwhile.
+  cache_entries = lambda: {entry for entry in os.listdir(folder)
+                           if entry.startswith(f"jit_{name}-") and entry.endswith("-cache")}
   import jax
   import jax.numpy as jnp
 
+  probe = eval(program, {"jnp": jnp})
+  probe.__name__ = name
   previous = jax.config.jax_persistent_cache_min_compile_time_secs
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
   try:
-    jax.jit(eval(program, {"jnp": jnp}))(jnp.ones((12, 12))).block_until_ready()
+    jax.jit(probe)(jnp.ones((12, 12))).block_until_ready()
   finally:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", previous)
   here = cache_entries()
   command = (f"import jax, jax.numpy as jnp; from jformer import runtime; "
-             f"runtime.configure_compilation_cache(min_compile_seconds=0); "
-             f"jax.jit({program})(jnp.ones((12, 12))).block_until_ready()")
+             f"runtime.configure_compilation_cache(min_compile_seconds=0); probe = {program}; "
+             f"probe.__name__ = {name!r}; jax.jit(probe)(jnp.ones((12, 12))).block_until_ready()")
   subprocess.run([sys.executable, "-c", command], check=True, timeout=120)
   first = cache_entries()
-  assert any(name.startswith("jit__lambda") for name in first - here)  # not loaded from this process's entry.
+  assert len(here) == 1 and len(first - here) == 1  # the command's entry is its own, not this process's.
   subprocess.run([sys.executable, "-c", command], check=True, timeout=120)
   assert cache_entries() == first  # loaded from the first command's.
