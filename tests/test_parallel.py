@@ -162,3 +162,27 @@ def test_two_processes_match_one_process_with_four_devices(tmp_path):
                           capture_output=True, text=True, timeout=300)
   assert single.returncode == 0, single.stderr[-3000:]
   np.testing.assert_allclose(np.load(tmp_path / "two.npy"), np.load(tmp_path / "one.npy"), atol=1e-5)
+
+
+def test_make_runner_and_placement_take_the_config_as_before_the_settings():
+  """Code written before `RunSettings` passes the validated config (and its `parallel` section): the same mesh and
+  the same runner kind as from the settings."""
+  from helpers import LAYOUTS, parallel_config
+  from jformer import config as config_lib
+  from jformer import tasks
+  from jformer.models import layers
+  from jformer.models import attention_cache
+  from jformer.train import optim
+  from jformer.train.runner import make_runner, placement
+
+  config = parallel_config(**LAYOUTS["data2_fsdp2_tensor2"])
+  settings = config_lib.run_settings(config)
+  assert config_lib.run_settings(settings) is settings
+  old, new = placement(config.parallel), placement(settings.parallel)
+  assert dict(old.mesh.shape) == dict(new.mesh.shape) == {"data": 2, "fsdp": 2, "sequence": 1, "tensor": 2}
+  model = tasks.build_model(config)
+  tx, schedule = optim.build_optimizer(settings.optimizer, settings.model.d_model)
+  example = {k: np.zeros((1, 16), np.int32) for k in ("inputs", "targets")}
+  assert type(make_runner(config, model, tx, schedule, example)) is type(make_runner(settings, model, tx, schedule,
+                                                                                      example))
+  assert (layers.CROSS_KEY, layers.heads_major) == (attention_cache.CROSS_KEY, attention_cache.heads_major)

@@ -26,9 +26,12 @@ class RunSettings:
   # tasks.make_task, tasks.build_model, config.write_run, the run's identity); training reads the fields above.
 
 
-def run_settings(config: ml_collections.ConfigDict) -> RunSettings:
+def run_settings(config: ml_collections.ConfigDict | RunSettings) -> RunSettings:
   """The settings of `config`, validated already (`load`, `checked`: a run validates its config once). Its model is
-  the frozen config validation built (`TransformerConfig.from_config` returns the same one)."""
+  the frozen config validation built (`TransformerConfig.from_config` returns the same one). Settings are returned
+  as they are, so a public function that took the config before (`train.runner.make_runner`) takes either."""
+  if isinstance(config, RunSettings):
+    return config
   return RunSettings(TransformerConfig.from_config(config.model), *(
       section(**{f.name: _frozen(config[name][f.name]) for f in dataclasses.fields(section)})
       for name, section in (("data", DataSection), ("optimizer", OptimizerSection), ("train", TrainSection),

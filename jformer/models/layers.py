@@ -19,6 +19,9 @@ from jformer.ops import dropout as dropout_op
 from jformer.ops import matmul
 from jformer.ops.masks import segment_positions
 
+# Moved to jformer.models.attention_cache (the decode caches); these names stay for code written against them.
+CROSS_KEY, CROSS_VALUE, heads_major = attention_cache.CROSS_KEY, attention_cache.CROSS_VALUE, attention_cache.heads_major
+
 
 def logical(init, *axes):
   """`init` for a parameter whose dimensions carry logical axis names (`jformer.axes`; mapped to mesh axes by

@@ -22,7 +22,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from jformer import axes, parallel
 from jformer.axes import PMAP_AXIS
-from jformer.config import RunSettings
+from jformer.config import RunSettings, run_settings
 from jformer.config.schema import ParallelSection
 from jformer.train.state import init_train_state
 from jformer.train.step import add_to_totals, make_eval_step, make_train_step, new_totals
@@ -237,16 +237,19 @@ def eval_step_for_host_params(runner, params):
 
 def placement(settings: ParallelSection) -> axes.Placement | None:
   """The mesh the model is built with (`tasks.build_model(config, mesh=...)`): `parallel.mode='mesh'`'s, over the
-  configured axes; None under pmap (each device runs the whole step on its own rows)."""
+  configured axes; None under pmap (each device runs the whole step on its own rows). Takes the config's `parallel`
+  section too, as it did before the settings."""
   if settings.mode != parallel.MESH:
     return None
-  return axes.Placement(parallel.make_mesh(dataclasses.asdict(settings)), context_strategy=settings.context_strategy)
+  fields = dataclasses.asdict(settings) if dataclasses.is_dataclass(settings) else settings
+  return axes.Placement(parallel.make_mesh(fields), context_strategy=settings.context_strategy)
 
 
 def make_runner(settings: RunSettings, model, tx, schedule, example_batch: dict):
   """The runner `parallel.mode` names, for `model` and the optimizer. The model runs on the mesh it was built with
   (`tasks.build_model(config, mesh=placement(settings.parallel))`, as the train loop builds it); one built without
-  (a test's, a benchmark's) is given `placement(settings.parallel)` here."""
+  (a test's, a benchmark's) is given `placement(settings.parallel)` here. A validated config serves as well."""
+  settings = run_settings(settings)
   mode, train = settings.parallel.mode, settings.train
   wanted = None if mode != parallel.MESH else placement(settings.parallel) if model.mesh is None else model.mesh
   if wanted is not model.mesh:
