@@ -204,6 +204,28 @@ def test_restore_params_reads_params_only(tmp_path):
       ckpt.restore_params(2)
 
 
+def test_valid_step_passes_over_an_unreadable_newest_step_and_hashes_a_step_once(tmp_path, monkeypatch):
+  """Every file of the newest step scrambled (its metadata no longer reads): `valid_step` names the newest whole step
+  without reading the corrupt one's metadata, sets the corrupt one aside, and a step found whole is not hashed again."""
+  from jformer.checkpoint import integrity
+
+  with Checkpointer(tmp_path, save_interval_steps=1) as ckpt:
+    ckpt.save(1, make_state(1))
+    ckpt.save(2, make_state(2))
+    ckpt.wait()
+  for path in (tmp_path / "2").rglob("*"):
+    if path.is_file() and path.name != integrity.MANIFEST:
+      path.write_bytes(bytes(b ^ 0xFF for b in path.read_bytes()))
+  verified = []
+  verify = integrity.verify
+  monkeypatch.setattr(integrity, "verify", lambda folder: verified.append(folder.name) or verify(folder))
+  with Checkpointer(tmp_path, save_interval_steps=1) as ckpt:
+    assert ckpt.valid_step() == 1 and not ckpt.params_only(1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["1", "2.corrupt"]
+    assert_states_equal(ckpt.restore(make_state(0), step=1), make_state(1))
+  assert verified == ["2", "1"]  # step 1 hashed once, for valid_step and restore together.
+
+
 def test_restore_errors(tmp_path):
   with Checkpointer(tmp_path / "run", save_interval_steps=2) as ckpt:
     with pytest.raises(FileNotFoundError, match="No complete checkpoint in"):

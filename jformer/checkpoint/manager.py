@@ -120,6 +120,7 @@ class Checkpointer:
     self._unsealed: list[int] = []  # steps this Checkpointer saved that have no manifest yet.
     self._when_saved: list[tuple[int, Callable[[], None]]] = []  # (step, write) of `when_saved`, in call order.
     self._write_failed = False  # a save raised CheckpointWriteError: close() then only releases resources.
+    self._verified: set[int] = set()  # steps that matched their manifest (a step is hashed once, not per read).
 
   @property
   def directory(self) -> epath.Path:
@@ -153,6 +154,7 @@ class Checkpointer:
     if not (force or self._manager.should_save(step)):
       return False
     self.wait()  # the previous save's manifest (Orbax would wait for that save anyway).
+    self._verified.discard(step)
     try:
       self._manager.save(step, args=ocp.args.Composite(**args), force=force)
     except Exception as e:
@@ -202,7 +204,8 @@ class Checkpointer:
 
   def params_only(self, step: int) -> bool:
     """Whether checkpoint `step` holds parameters alone (`{"params": ...}`, `workdir.save_run_params`: a model
-    `jformer import-hf` converted), not a training state `restore` can fill; read from its metadata."""
+    `jformer import-hf` converted), not a training state `restore` can fill; read from its metadata, so ask it of a
+    step `valid_step` returned (a corrupt step's metadata may not read)."""
     tree = self._manager.metadata(_as_step(step)).item_metadata[STATE_ITEM].tree
     return isinstance(tree, Mapping) and set(tree) == {"params"}
 
@@ -222,12 +225,12 @@ class Checkpointer:
         at the start for a step 0 saved without one).
       step: which checkpoint; default the latest.
       params: the model's parameter shapes (`shapes.expected`): a step whose parameters do not fit is refused
-        (named with what differs), or by default skipped for the newest step that fits (`_valid_step`).
+        (named with what differs), or by default skipped for the newest step that fits (`valid_step`).
 
     Returns:
       The restored state, of the template's pytree type.
     """
-    step = self._valid_step(step, params)
+    step = self.valid_step(step, params=params)
     target = abstract_state(state_template)
     restore_args = ocp.checkpoint_utils.construct_restore_args(target)
     args = {STATE_ITEM: ocp.args.PyTreeRestore(item=target, restore_args=restore_args)}
@@ -265,7 +268,7 @@ class Checkpointer:
   def restore_params_and_step(self, step: int | None = None, *, params: Mapping[str, tuple] | None = None
                               ) -> tuple[Any, int]:
     """(`restore_params`'s parameters, the step they are from: `step`, or the latest valid one that fits)."""
-    step = self._valid_step(step, params)
+    step = self.valid_step(step, params=params)
     params = self._params_metadata(step)
     restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), params)
     args = ocp.args.PyTreeRestore(item={"params": params}, restore_args={"params": restore_args}, partial_restore=True)
@@ -304,7 +307,7 @@ class Checkpointer:
   def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None):
     self.close()
 
-  def _valid_step(self, step: int | None, params: Mapping[str, tuple] | None = None) -> int:
+  def valid_step(self, step: int | None = None, *, params: Mapping[str, tuple] | None = None) -> int:
     """`step`, checked to exist, match its manifest and (given the model's parameter shapes `params`) fit the model,
     after pending saves finish; default: the newest such step, after one warning naming the newer ones that are
     corrupt (moved aside to `<step>.corrupt` unless read-only) or do not fit (left as they are)."""
@@ -363,7 +366,10 @@ class Checkpointer:
 
   def _problem(self, step: int) -> str | None:
     """Why checkpoint `step` is corrupt, or None; a step without a manifest is accepted with a warning. Process 0
-    reads the files, and every process gets its verdict (`coordination.process_0_decides`)."""
+    reads the files, and every process gets its verdict (`coordination.process_0_decides`); a step found valid is
+    not read again by this Checkpointer."""
+    if step in self._verified:
+      return None
     folder = self._directory / str(step)
 
     def check() -> dict:
@@ -373,13 +379,17 @@ class Checkpointer:
         return {"problem": None}
       return {"problem": integrity.verify(folder)}
 
-    return coordination.process_0_decides("checkpoint verified", check)["problem"]
+    problem = coordination.process_0_decides("checkpoint verified", check)["problem"]
+    if problem is None:
+      self._verified.add(step)
+    return problem
 
   def _set_aside(self, steps: list[int], suffix: str = CORRUPT_SUFFIX) -> list[str]:
     """Renames `steps` to `<step><suffix>` (process 0; not when read-only) so they can be saved again."""
     if self._read_only or not steps:
       return []
     moved = [self._directory / f"{step}{suffix}" for step in steps]
+    self._verified.difference_update(steps)
     if jax.process_index() == 0:
       for step, target in zip(steps, moved, strict=True):
         if target.exists():

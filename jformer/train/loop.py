@@ -192,14 +192,15 @@ class _Run:
     self.checkpointer = checkpointer = checkpoint.Checkpointer(
         checkpoint.checkpoints_dir(self.workdir), max_to_keep=train.keep_checkpoints,
         save_interval_steps=train.checkpoint_every)
-    latest = checkpointer.latest_step()
-    if latest is not None:
+    if checkpointer.latest_step() is not None:
       fits = checkpoint.shapes.expected(param_shapes(model))  # a step of another model is named, and skipped.
-      if checkpointer.params_only(latest):  # an imported model's parameters: its optimizer state starts now.
-        state = initialize.with_params(runner, state, checkpointer.restore_params(latest, params=fits))
+      step = checkpointer.valid_step(params=fits)  # the newest that is whole and fits; newer ones set aside.
+      if checkpointer.params_only(step):  # an imported model's parameters: its optimizer state starts now.
+        state = initialize.with_params(runner, state, checkpointer.restore_params(step, params=fits))
       else:
-        state = runner.from_checkpoint(checkpointer.restore(runner.abstract_state(), self.datasets.train, params=fits))
-      say(f"resumed from step {checkpointer.latest_step()} ({checkpointer.directory})")
+        state = runner.from_checkpoint(
+            checkpointer.restore(runner.abstract_state(), self.datasets.train, step, params=fits))
+      say(f"resumed from step {step} ({checkpointer.directory})")
     elif train.initialize_from:
       state = initialize.start_from(self.settings, self.workdir, runner, state)
     self.state, self.start_step = state, int(runner.checkpoint_view(state).step)
