@@ -21,13 +21,16 @@ if not os.environ.get(TEST_CACHE_ENV):
   os.environ[TEST_CACHE_ENV] = tempfile.mkdtemp(prefix="jformer-test-xla-")
   atexit.register(shutil.rmtree, os.environ[TEST_CACHE_ENV], ignore_errors=True)
 os.environ["JFORMER_COMPILATION_CACHE"] = "" if os.environ[TEST_CACHE_ENV] == "off" else os.environ[TEST_CACHE_ENV]
-# This process only (see below): XLA's LLVM back end at -O0. The optimized HLO, hence the program and its runtime
-# calls (dots, collectives), is the same as at the default level; only its loops are compiled with fewer LLVM passes.
-# Test programs are tiny and compiled once or a few times, so compiling is most of their time: ~30% less of it here
-# (running ~1.7x slower).
+# This process only (see below): XLA's LLVM back end at -O0 and XLA:CPU's classic fusion emitters. The optimized HLO,
+# hence the program and its runtime calls (dots, collectives), is the same as with XLA's defaults; only its code is
+# generated with fewer passes. Tests here run models eagerly (JAX compiles each op once per shape) and jit small
+# functions, so compiling is most of their time: the two flags halve it, while steps run ~2x slower
+# (docs/results/compile_flags.md). The commands tests start (`jformer train`, which run hundreds of steps) keep XLA's
+# defaults, as a user runs them.
 SUBPROCESS_XLA_FLAGS = os.environ["XLA_FLAGS"]
 IN_PROCESS_CACHE_MIN_COMPILE_SECONDS = 0.2
-os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
+IN_PROCESS_COMPILE_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
+os.environ["XLA_FLAGS"] += f" {IN_PROCESS_COMPILE_FLAGS}"
 
 import pathlib  # noqa: E402
 

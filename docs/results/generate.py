@@ -587,6 +587,24 @@ def test_run_section(path: str, data: dict) -> str:
                     table(["test file", "passed", "failed", "skipped"], rows, "lrrr"), "\n".join(notes))
 
 
+COMPILE_FLAGS_INTRO = """\
+`benchmarks/compile_flags.py`: what the XLA flags the test run sets in its own processes (tests/conftest.py) buy and
+cost, on the tests' tiny model (a 2+2-layer encoder-decoder, d_model 32). Each flag set in a fresh process: `eager
+s`, the initialisation and a forward pass run op by op, as most tests run the model (JAX compiles each op for its
+shape); `init s`, the jitted train-state initialisation compiled and run; `step compile s`, the jitted train step's
+lowering and compilation; `step ms`, a step afterwards. One process per row, one after the other.
+"""
+
+
+def compile_flags_section(path: str, data: dict) -> str:
+  rows = [[r["flags"], f"`{r['xla_flags']}`" if r["xla_flags"] else "", fixed(r["eager_s"], 2), fixed(r["init_s"], 2),
+           fixed(r["step_compile_s"], 2), timing(r["step_ms"], 2), fixed(r["first_loss"], 5), disturbed(r["step_ms"])]
+          for r in data["rows"]]
+  return paragraphs(provenance(path, data), table(
+      ["flags", "XLA_FLAGS", "eager s", "init s", "step compile s", "step ms median (min-max)", "first-step loss",
+       "disturbed reps"], rows, "llrrrrrr"))
+
+
 TEST_RUN_INTRO = """\
 A subset of jformer's own tests run on an accelerator (`benchmarks/gpu_tests.sh`): the ops, every attention variant
 against its reference (forward, gradients, masks, cached decoding), the kernels, the block options, the models and
@@ -811,6 +829,9 @@ PAGES = (
     Page("interop_memory.md", "Pretrained checkpoints: memory of import and export", "interop_memory", "peak "
          "resident memory of `jformer import-hf` and `export-hf` on a 2 GB sharded bfloat16 checkpoint, against "
          "the model's size plus one shard", INTEROP_MEMORY_INTRO, interop_memory_section, timed=False),
+    Page("compile_flags.md", "The test run's XLA flags", "compile_flags", "eager, init and train step compile "
+         "seconds and step ms of the tests' model under XLA's defaults, -O0, and -O0 with the classic emitters",
+         COMPILE_FLAGS_INTRO, compile_flags_section),
     Page("compile.md", "Scanned layers: compile and step time", "compile", "train step compile seconds and step "
          "ms at 6, 12 and 24 layers, looped against scanned", COMPILE_INTRO, compile_section),
 )
