@@ -1,9 +1,9 @@
-"""What the test run's in-process XLA flags (tests/conftest.py) buy and cost, on the tests' own tiny model.
+"""What the test run's XLA flags (tests/xla_flags.py) buy and cost, on the tests' own tiny model.
 
 The tests' model (tests/helpers.py `tiny`: a 2+2-layer encoder-decoder, d_model 32, vocabulary 50) under three flag
 sets, each in a fresh process (XLA reads XLA_FLAGS once, at its first compile), one after the other: XLA's
 defaults, `-O0` (the LLVM back end's optimization level), and `-O0` with XLA:CPU's classic fusion emitters (the
-tests' in-process flags). Per set: `eager s`, a forward pass run op by op as most tests run the model (JAX compiles
+test run's flags). Per set: `eager s`, a forward pass run op by op as most tests run the model (JAX compiles
 each op for its shape: in a fresh process that is nearly all of it); `init s`, the jitted initialisation of the
 train state, compiled and run; `step compile s`, the jitted train step's lowering and compilation; `step ms`, one
 step afterwards (median of the timing rules' repetitions). The first-step loss of every set must agree.
@@ -22,17 +22,19 @@ import time
 
 import common
 
+sys.path.insert(0, str(common.REPO / "tests"))
+import xla_flags  # noqa: E402
+
 FLAG_SETS = {
     "XLA defaults": "",
     "-O0": "--xla_backend_optimization_level=0",
-    "-O0, classic emitters (tests)": "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false",
+    "-O0, classic emitters (tests)": xla_flags.COMPILE_FAST,
 }
 
 
 def measure(reps: int) -> dict:
   """This process's row (its XLA_FLAGS already set): eager forward, jitted init, train step compile and run."""
   common.setup()
-  sys.path.insert(0, str(common.REPO / "tests"))
   import jax
   import numpy as np
 

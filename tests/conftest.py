@@ -3,15 +3,18 @@ functions: tests/helpers.py)."""
 
 import os
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+import xla_flags  # no imports of its own: jax is not imported before XLA_FLAGS is set.
+
+# 8 fake devices and the flags that compile faster (tests/xla_flags.py), for this process and every process it starts.
+os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {xla_flags.with_devices(8)}".strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # One persistent compilation cache (jformer/runtime.py) for the whole test run, never the user's: the folder
 # JFORMER_TEST_COMPILATION_CACHE names (.ci/run: one for both tiers; 'off': no cache), else a temporary folder made
 # by the first process that imports this file (pytest's, before it starts its xdist workers, which inherit the
 # variable) and removed when that process exits. The xdist workers and the commands tests start (`jformer train`
 # reads JFORMER_COMPILATION_CACHE) then load a program another process compiled instead of compiling it again.
-# The cache's key is the program, the jax/XLA versions, the devices, the compile options and XLA_FLAGS (see below
-# for this process's -O0); tests/test_runtime.py and tests/test_cli.py test the cache itself in folders of their own.
+# The cache's key is the program, the jax/XLA versions, the devices, the compile options and XLA_FLAGS (one value for
+# every process of the run); tests/test_runtime.py and tests/test_cli.py test the cache itself in folders of their own.
 TEST_CACHE_ENV = "JFORMER_TEST_COMPILATION_CACHE"
 if not os.environ.get(TEST_CACHE_ENV):
   import atexit
@@ -21,39 +24,20 @@ if not os.environ.get(TEST_CACHE_ENV):
   os.environ[TEST_CACHE_ENV] = tempfile.mkdtemp(prefix="jformer-test-xla-")
   atexit.register(shutil.rmtree, os.environ[TEST_CACHE_ENV], ignore_errors=True)
 os.environ["JFORMER_COMPILATION_CACHE"] = "" if os.environ[TEST_CACHE_ENV] == "off" else os.environ[TEST_CACHE_ENV]
-# This process only (see below): XLA's LLVM back end at -O0 and XLA:CPU's classic fusion emitters. The optimized HLO,
-# hence the program and its runtime calls (dots, collectives), is the same as with XLA's defaults; only its code is
-# generated with fewer passes. Tests here run models eagerly (JAX compiles each op once per shape) and jit small
-# functions, so compiling is most of their time: the two flags halve it, while steps run ~2x slower
-# (docs/results/compile_flags.md). The commands tests start (`jformer train`, which run hundreds of steps) keep XLA's
-# defaults, as a user runs them.
-SUBPROCESS_XLA_FLAGS = os.environ["XLA_FLAGS"]
-IN_PROCESS_CACHE_MIN_COMPILE_SECONDS = 0.2
-IN_PROCESS_COMPILE_FLAGS = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
-os.environ["XLA_FLAGS"] += f" {IN_PROCESS_COMPILE_FLAGS}"
+IN_PROCESS_CACHE_MIN_COMPILE_SECONDS = 0.2  # below the commands' (runtime.CACHE_MIN_COMPILE_SECONDS): small programs.
 
 import pathlib  # noqa: E402
 
 from jformer import runtime  # noqa: E402
 
 runtime.configure_host_allocator()  # faster XLA:CPU steps: no page faults on every call (jformer/runtime.py).
-
-import jax  # noqa: E402
-from jax._src import cache_key  # noqa: E402
-
-# This process compiles at -O0, but JAX keys a program by XLA_FLAGS as they read when it compiles: the commands'
-# flags, set back below. The key's hook, hashed into every key this process computes, names the flags it really
-# compiles with, so an -O0 program is never loaded by a command that compiles at the default level, nor the other
-# way round (the xdist workers and both tiers share their -O0 programs).
-IN_PROCESS_XLA_FLAGS = os.environ["XLA_FLAGS"]
-cache_key.custom_hook = lambda: f"compiled in the test process with XLA_FLAGS={IN_PROCESS_XLA_FLAGS}"
 runtime.configure_compilation_cache(min_compile_seconds=IN_PROCESS_CACHE_MIN_COMPILE_SECONDS)  # before compiling.
-jax.jit(lambda x: x + 1)(0)  # XLA reads XLA_FLAGS once per process, at its first compile: here, with -O0 ...
-os.environ["XLA_FLAGS"] = SUBPROCESS_XLA_FLAGS  # ... while the commands tests start (`jformer train`, ...) run as usual.
 
 import pytest  # noqa: E402
 
 from helpers import FLEX_PLUGINS, PLUGIN, REPO  # noqa: E402
+from module_order import (pytest_collection_modifyitems, pytest_runtest_logreport,  # noqa: E402, F401 (hooks)
+                          pytest_sessionfinish)
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 import portpicker
 import pytest
+import xla_flags
 
 from jformer import attention, checkpoint, data, positional, tasks
 from jformer import config as config_lib
@@ -577,7 +578,7 @@ def start_two_processes(repo_root, workdir, overrides, *, config="configs/small.
   """`jformer train --config=<config>` (relative to `repo_root`) as processes 0 and 1 of a 2-process job on
   localhost, one CPU device each."""
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-  env.update(XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
+  env.update(XLA_FLAGS=xla_flags.with_devices(1), JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1",
              JFORMER_COORDINATOR_ADDRESS=f"localhost:{portpicker.pick_unused_port()}", JFORMER_NUM_PROCESSES="2")
   command = [sys.executable, "-m", "jformer.main", "train", f"--config={config}", f"--workdir={workdir}",
              *overrides]
@@ -637,7 +638,7 @@ def train_processes(workdir, corpus, tmp_path, processes: int, **overrides) -> l
   args += [f"--config.{k}={v}" for k, v in tiny_overrides(corpus, **overrides).items()]
   procs = []
   for index in range(processes):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1", JAX_PLATFORMS="cpu",
+    env = dict(os.environ, XLA_FLAGS=xla_flags.with_devices(1), JAX_PLATFORMS="cpu",
                PYTHONPATH=str(REPO), CALLS_LOG=str(tmp_path / f"calls_{processes}_{index}.txt"))
     if processes > 1:
       env.update(JFORMER_COORDINATOR_ADDRESS=f"localhost:{port}", JFORMER_NUM_PROCESSES=str(processes),

@@ -384,6 +384,7 @@ def test_a_mod_finite_only_where_the_key_is_visible_has_finite_gradients_on_ever
   np.testing.assert_allclose(out, want, rtol=1e-5)
 
 
+@pytest.mark.slow  # it trains; the finite gradients on every path are checked in the default run (above).
 def test_a_mod_finite_only_where_the_key_is_visible_trains_a_language_model(scratch_registries):
   """The log-distance score_mod in a small language model (causal): a few steps of gradient descent have a finite
   loss and finite gradients, the slopes' included, and the loss goes down."""

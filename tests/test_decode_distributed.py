@@ -15,7 +15,9 @@ import subprocess
 import sys
 
 if __name__ == "__main__":  # a worker process: 2 CPU devices of its own, set before jax is imported.
-  os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+  import xla_flags  # this file's folder, tests/, is the script's.
+
+  os.environ["XLA_FLAGS"] = xla_flags.with_devices(2)
   os.environ["JAX_PLATFORMS"] = "cpu"
 
 import jax  # noqa: E402

@@ -115,9 +115,10 @@ MULTIHOST_SCRIPT = r"""
 import os, sys
 process_id, num_processes, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 devices_per_process = 4 // num_processes
-os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices_per_process}"
-os.environ["JAX_PLATFORMS"] = "cpu"
 sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "tests")]  # this checkout's jformer, and tests/helpers.py.
+import xla_flags
+os.environ["XLA_FLAGS"] = xla_flags.with_devices(devices_per_process)
+os.environ["JAX_PLATFORMS"] = "cpu"
 from jformer import parallel
 if num_processes > 1:
   assert parallel.initialize_distributed(f"localhost:{port}", num_processes, process_id)

@@ -100,6 +100,7 @@ print("hits", len(hits))
 """
 
 
+@pytest.mark.integration  # two processes that import jax.
 def test_a_second_process_loads_the_programs_the_first_compiled(tmp_path):
   """The cache folder gets entries from the first process; the second loads its programs from them and writes
   nothing new."""
@@ -116,14 +117,15 @@ def test_a_second_process_loads_the_programs_the_first_compiled(tmp_path):
   assert sorted(p.name for p in folder.iterdir()) == entries
 
 
-@pytest.mark.integration  # two processes that import jax.
-def test_the_test_runs_cache_keeps_this_processs_programs_apart_from_the_commands():
-  """tests/conftest.py: this process compiles at -O0 and the commands tests start at the default level, into one
-  cache folder; the same program compiled by both is two entries, and a second command loads the first's."""
-  from jax._src import cache_key
+@pytest.mark.integration  # a process that imports jax.
+def test_the_test_runs_processes_share_one_cache():
+  """tests/conftest.py: this process and the commands tests start compile with the same XLA_FLAGS
+  (tests/xla_flags.py) into one cache folder: a program this process compiled is loaded by a command, which writes no
+  entry of its own."""
+  import xla_flags
 
   folder = runtime.compilation_cache_folder()
-  assert folder and "--xla_backend_optimization_level=0" in cache_key.custom_hook()
+  assert folder and xla_flags.COMPILE_FAST in os.environ["XLA_FLAGS"]
   program = f"lambda x: jnp.sin(jnp.tanh(x @ x.T * {os.getpid()})).sum()"  # new to a folder kept between runs.
   name = f"cache_probe_{os.getpid()}"  # its entries' names: the other tests' processes write to the folder meanwhile.
   cache_entries = lambda: {entry for entry in os.listdir(folder)
@@ -140,11 +142,12 @@ def test_the_test_runs_cache_keeps_this_processs_programs_apart_from_the_command
   finally:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", previous)
   here = cache_entries()
-  command = (f"import jax, jax.numpy as jnp; from jformer import runtime; "
+  command = (f"import jax, jax.numpy as jnp; from jformer import runtime; hits = []; "
+             f"jax.monitoring.register_event_listener(lambda event, **_: hits.append(event) "
+             f"if event == '/jax/compilation_cache/cache_hits' else None); "
              f"runtime.configure_compilation_cache(min_compile_seconds=0); probe = {program}; "
-             f"probe.__name__ = {name!r}; jax.jit(probe)(jnp.ones((12, 12))).block_until_ready()")
-  subprocess.run([sys.executable, "-c", command], check=True, timeout=120)
-  first = cache_entries()
-  assert len(here) == 1 and len(first - here) == 1  # the command's entry is its own, not this process's.
-  subprocess.run([sys.executable, "-c", command], check=True, timeout=120)
-  assert cache_entries() == first  # loaded from the first command's.
+             f"probe.__name__ = {name!r}; jax.jit(probe)(jnp.ones((12, 12))).block_until_ready(); print(len(hits))")
+  hits = subprocess.run([sys.executable, "-c", command], check=True, timeout=120, capture_output=True,
+                        text=True).stdout.split()[-1]
+  assert len(here) == 1 and cache_entries() == here  # the command wrote no entry of its own ...
+  assert int(hits) >= 1  # ... it loaded this process's.

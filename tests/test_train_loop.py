@@ -79,7 +79,7 @@ def test_resume_refuses_another_model(repo_root, tiny_corpus, tmp_path):
 @pytest.mark.slow
 def test_sigterm_saves_and_the_rerun_ends_like_an_uninterrupted_run(repo_root, tiny_corpus, tmp_path):
   overrides = [f"--config.{k}={v}" for k, v in tiny_overrides(
-      tiny_corpus, **{"train.steps": 400, "train.log_every": 1, "train.eval_every": 400,
+      tiny_corpus, **{"train.steps": 150, "train.log_every": 1, "train.eval_every": 150,
                       "train.checkpoint_every": 1000, "data.max_length": 64, "model.d_model": 64}).items()]
   command = [sys.executable, "-m", "jformer.main", "train", "--config=configs/small.py"]
   env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -91,17 +91,17 @@ def test_sigterm_saves_and_the_rerun_ends_like_an_uninterrupted_run(repo_root, t
   seen = []
   for line in process.stdout:  # wait until training is under way, then preempt.
     seen.append(line)
-    if line.startswith("step     50/"):
+    if line.startswith("step     30/"):
       process.send_signal(signal.SIGTERM)
       break
   rest, _ = process.communicate(timeout=300)
   assert process.returncode == 0, "".join(seen) + rest
   saved_step = int(rest.split("preempted: saved step ")[1].split()[0])
-  assert 50 <= saved_step < 400
+  assert 30 <= saved_step < 150
   rerun = subprocess.run(command + [f"--workdir={tmp_path / 'b'}"] + overrides, cwd=repo_root, env=env,
                          capture_output=True, text=True, timeout=900)
   assert rerun.returncode == 0, rerun.stderr[-2000:]
   assert f"resumed from step {saved_step}" in rerun.stdout
-  final = lambda out: [l for l in out.splitlines() if l.startswith("step    400/400")][0].split("|")[1]
+  final = lambda out: [l for l in out.splitlines() if l.startswith("step    150/150")][0].split("|")[1]
   assert final(rerun.stdout) == final(straight.stdout)  # same final loss, to the printed 4 decimals.
   assert_same_params(final_params(tmp_path / "a")[1], final_params(tmp_path / "b")[1], atol=1e-6)

@@ -588,7 +588,7 @@ def test_run_section(path: str, data: dict) -> str:
 
 
 COMPILE_FLAGS_INTRO = """\
-`benchmarks/compile_flags.py`: what the XLA flags the test run sets in its own processes (tests/conftest.py) buy and
+`benchmarks/compile_flags.py`: what the XLA flags of every process of the test run (tests/xla_flags.py) buy and
 cost, on the tests' tiny model (a 2+2-layer encoder-decoder, d_model 32). Each flag set in a fresh process: `eager
 s`, the initialisation and a forward pass run op by op, as most tests run the model (JAX compiles each op for its
 shape); `init s`, the jitted train-state initialisation compiled and run; `step compile s`, the jitted train step's

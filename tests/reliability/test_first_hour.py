@@ -5,6 +5,7 @@ corrected command then works there."""
 import shutil
 
 import pytest
+import xla_flags
 from helpers import REPO, SMALL, assert_one_line_error, run_command, tiny_overrides
 
 CONFIGS = REPO / "configs"
@@ -84,7 +85,7 @@ def test_a_run_resumed_on_fewer_devices_names_the_fix_which_resumes_it(tiny_corp
   args = ["train", f"--config={SMALL}", f"--workdir={workdir}",
           *flags(tiny_overrides(tiny_corpus, **{"train.steps": 3, "train.checkpoint_every": 2,
                                                 "train.eval_every": 3, "train.bleu_examples": 2}))]
-  devices = lambda n: {"XLA_FLAGS": f"--xla_force_host_platform_device_count={n}"}
+  devices = lambda n: {"XLA_FLAGS": xla_flags.with_devices(n)}
   first = run_command([*args, "--config.parallel.data=4"], env=devices(4))
   assert first.returncode == 0, first.stderr
   shutil.rmtree(workdir / "checkpoints" / "3")  # as if stopped after saving step 2.
