@@ -211,6 +211,9 @@ def _report_card_arguments(parser):
   parser.add_argument("--workdir", default=None,
                       help="folder of the card's runs and files (default: runs/report_card/<variant>); finished "
                       "runs there are reused")
+  parser.add_argument("--seeds", type=int, default=2,
+                      help="seeds per training part (train.seed 0..N-1): the card shows their mean, and calls a "
+                      "difference better or worse only beyond their spread")
   parser.add_argument("--remeasure", action="store_true",
                       help="also grade dot_product here (in the workdir's sibling dot_product/) and cache its card "
                       "in jformer/report_card/rows/ with this machine, date and commit")
@@ -240,17 +243,24 @@ def _grade_and_write(args, overrides):
   name = rc.variant_name(overrides)
   workdir = epath.Path(args.workdir or f"runs/report_card/{name}")
   baseline_name = rc.variant_name(rc.BASELINE)
-  baseline = rc.cached_row(baseline_name)
+  baseline = rc.cached_row(baseline_name)  # at this suite version, else None.
   expected = baseline["seconds"] if baseline else None
   command = shlex.join(["jformer", "report-card", *sys.argv[2:]])
-  if args.remeasure:  # the baseline graded here first (the variant's own workdir when it is the baseline).
+  graded_here = args.remeasure or baseline is None
+  if graded_here:  # the baseline graded here first (in the variant's own workdir when it is the baseline).
+    if baseline is None and not args.remeasure:
+      print(f"no {baseline_name} card is cached at suite version {rc.SUITE_VERSION}: grading it here first")
     baseline = rc.grade(rc.BASELINE, workdir if name == baseline_name else workdir.parent / baseline_name,
-                        expected=expected, command=command)
+                        seeds=args.seeds, expected=expected, command=command)
     print(f"cached {rc.save_row(baseline)}")
-  card = (baseline if args.remeasure and name == baseline_name else
-          rc.grade(overrides, workdir, expected=expected, command=command))
+  else:  # its time and memory measured here, beside the variant's; its learning figures cached.
+    suite = rc.default_suite()
+    here = rc.grade(rc.BASELINE, workdir.parent / baseline_name, suite=suite.measurements(), command=command)
+    baseline = rc.beside(baseline, here, suite)
+  card = (baseline if graded_here and name == baseline_name else
+          rc.grade(overrides, workdir, seeds=args.seeds, expected=expected, command=command))
   paths = rc.write(card, None if card is baseline else baseline, workdir)
-  print(open(paths["report_card.md"]).read().split("\n\n![")[0])
+  print("\n".join(line for line in open(paths["report_card.md"]).read().splitlines() if not line.startswith("![")))
   print("written: " + ", ".join(paths.values()))
 
 

@@ -88,6 +88,35 @@ def test_the_eta_after_a_reused_part_comes_from_the_parts_run_here(monkeypatch, 
   assert done[2].endswith("so far, about 0m00s left") and card["seconds"] == {"a": 999.0, "b": 67.0, "c": 200.0}
 
 
+def test_each_training_part_runs_every_seed_and_the_card_keeps_their_figures(monkeypatch, tmp_path):
+  """Two seeds: a training part runs once per seed (train.seed 0 and 1, in seed_0/ and seed_1/), a measurement once;
+  the card's value is the seeds' mean, `samples` keeps each, and the part's seconds are the seeds' sum."""
+  parts = (suite_lib.Part("t", "T", "train", "configs/mqar.py"), suite_lib.Part("m", "M", "train_step", "c.py"))
+  metrics = (suite_lib.Metric("t_accuracy", "t", "t", "test_accuracy", True, "difference", 3),
+             suite_lib.Metric("m_ms", "m", "m", "ms", False, "ratio", 0))
+  calls = []
+
+  def timed_part(part, overrides, workdir):
+    calls.append((part.name, overrides.get("train.seed"), workdir.relative_to(tmp_path).as_posix()))
+    seed = overrides.get("train.seed", 0)
+    return {"test_accuracy": 0.5 + 0.25 * seed, "ms": 10.0}, 3.0 + seed, False
+
+  monkeypatch.setattr(card_lib, "timed_part", timed_part)
+  monkeypatch.setattr(card_lib.provenance, "machine", lambda *a, **k: {})
+  card = card_lib.grade({"model.attention": "linear"}, tmp_path, suite=suite_lib.Suite(parts, metrics), seeds=2,
+                        say=lambda line: None)
+  assert calls == [("t", 0, "t/seed_0"), ("t", 1, "t/seed_1"), ("m", None, "m")]
+  assert card["samples"] == {"t_accuracy": [0.5, 0.75], "m_ms": [10.0]} and card["seeds"] == 2
+  assert card["values"] == {"t_accuracy": 0.625, "m_ms": 10.0} and card["seconds"] == {"t": 7.0, "m": 3.0}
+  baseline = {**card, "variant": "dot_product", "samples": {"t_accuracy": [0.70, 0.72], "m_ms": [5.0]},
+              "values": {"t_accuracy": 0.71, "m_ms": 5.0}}
+  table = card_lib.table(card, baseline, suite_lib.Suite(parts, metrics))
+  assert "| t | 0.625 | 0.710 | -0.085 (within noise) |" in table  # 0.75 of seed 1 beats both of the baseline's.
+  assert "| m | 10 | 5 | 2.00x (worse) |" in table
+  with pytest.raises(ValueError, match="at least one seed"):
+    card_lib.grade({}, tmp_path, suite=suite_lib.Suite(parts, metrics), seeds=0)
+
+
 def test_the_cached_dot_product_card_is_complete():
   """rows/dot_product.json: a number for every metric of the suite, and where, when and from what it was measured."""
   row = rc.cached_row("dot_product")

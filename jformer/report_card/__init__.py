@@ -10,8 +10,9 @@ bits per byte at 256 with 512 and 1,024, a train step's time and temporary memor
 time and state. `card` grades and writes the card (markdown, JSON, plot); `measure` holds the two measurements.
 """
 
-from jformer.report_card.card import cached_row, grade, save_row, write
-from jformer.report_card.suite import BASELINE, VARIANT_KEYS, check_variant, default_suite, variant_name
+from jformer.report_card.card import beside, cached_row, grade, save_row, write
+from jformer.report_card.suite import (BASELINE, SUITE_VERSION, VARIANT_KEYS, check_variant, default_suite,
+                                       variant_name)
 
-__all__ = ["BASELINE", "VARIANT_KEYS", "cached_row", "check_variant", "default_suite", "grade", "save_row",
-           "variant_name", "write"]
+__all__ = ["BASELINE", "SUITE_VERSION", "VARIANT_KEYS", "beside", "cached_row", "check_variant", "default_suite",
+           "grade", "save_row", "variant_name", "write"]

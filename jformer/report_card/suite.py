@@ -32,6 +32,9 @@ TIMED_STEPS = 5
 VARIANT_KEYS = ("imports", "model.attention", "model.attention_options", "model.layer_kinds", "model.layer_pattern",
                 "model.positional", "model.positional_options")
 BASELINE = {"model.attention": "dot_product"}  # the row every card is printed beside.
+# Bumped whenever a part, its config or a metric changes: a card of another version is not compared with this one's
+# (a cached baseline of another version is measured again).
+SUITE_VERSION = 2
 KINDS = ("train", "train_step", "decode_step")
 
 
@@ -66,6 +69,13 @@ class Suite:
 
   def part(self, name: str) -> Part:
     return next(part for part in self.parts if part.name == name)
+
+  def measurements(self) -> Suite:
+    """The parts whose figures depend on the machine (time, memory), with their metrics: what is measured for the
+    baseline in the same command as the variant, whatever is cached."""
+    parts = tuple(part for part in self.parts if part.kind != "train")
+    names = {part.name for part in parts}
+    return Suite(parts, tuple(metric for metric in self.metrics if metric.part in names))
 
 
 def mqar_parts() -> list[Part]:
