@@ -97,6 +97,15 @@ def value(result: dict, key: str):
   return result
 
 
+def figure(results: list[dict], key: str) -> tuple[float, list[float]]:
+  """(the figure a card shows, the samples its verdict compares): a training part's mean over its seeds and each
+  seed's figure; a measurement's median and its timed repetitions (`<key>_runs`), or its one figure (memory)."""
+  if len(results) == 1 and f"{key}_runs" in results[0]:
+    return value(results[0], key), list(results[0][f"{key}_runs"])
+  each = [value(result, key) for result in results]
+  return verdict.Figure.of(each).mean, each
+
+
 def remaining_seconds(done: list[str], todo: list[str], elapsed: float, expected: dict[str, float]) -> float | None:
   """Seconds the parts `todo` should take on this machine: the `elapsed` seconds of the parts `done` here (run in
   this process, not reused) times the parts' relative cost, `expected` (the baseline card's seconds, measured on
@@ -148,11 +157,11 @@ def grade(overrides: dict[str, Any], workdir: epath.PathLike, *, suite: Suite | 
       eta = ", the time left is known once a part has run here"
     say(f"report card {name} [{i + 1}/{len(names)}] {part.title} done in {seconds[part.name]:.0f} s; "
         f"{format_duration(elapsed)} so far{eta}")
-  samples = {m.name: [value(result, m.key) for result in results[m.part]] for m in suite.metrics}
+  figures = {m.name: figure(results[m.part], m.key) for m in suite.metrics}
   return {"variant": name, "overrides": {k: str(v) for k, v in overrides.items()}, "seeds": seeds,
           "suite_version": SUITE_VERSION,
-          "values": {metric: verdict.Figure.of(figures).mean for metric, figures in samples.items()},
-          "samples": samples,
+          "values": {metric: shown for metric, (shown, _) in figures.items()},
+          "samples": {metric: samples for metric, (_, samples) in figures.items()},
           "seconds": seconds, "total_seconds": sum(seconds.values()),  # reused runs count as they ran
           "machine": provenance.machine(REPO, exclude=("jformer/report_card/rows",)),
           "command": command or "jformer.report_card.grade (Python)"}
