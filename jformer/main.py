@@ -214,6 +214,10 @@ def _report_card_arguments(parser):
   parser.add_argument("--seeds", type=int, default=2,
                       help="seeds per training part (train.seed 0..N-1): the card shows their mean, and calls a "
                       "difference better or worse only beyond their spread")
+  parser.add_argument("--leaderboard", action="store_true",
+                      help="grade every row of the board not yet graded at this suite version (each written to "
+                      "docs/results/report_cards/<row>.json as it finishes); with a variant, then print its row "
+                      "ranked among the board's")
   parser.add_argument("--remeasure", action="store_true",
                       help="also grade dot_product here (in the workdir's sibling dot_product/) and cache its card "
                       "in jformer/report_card/rows/ with this machine, date and commit")
@@ -233,16 +237,38 @@ def report_card(args, overrides):
 
 
 def _grade_and_write(args, overrides):
-  """`jformer report-card`'s work: grades the variant (and, with --remeasure, the baseline), writes the card."""
+  """`jformer report-card`'s work: grades the variant beside the baseline and writes the card; with --leaderboard,
+  first the board's rows not yet graded (each saved as it finishes), then the variant's row ranked among them."""
   from etils import epath
 
   from jformer import report_card as rc
+  from jformer.report_card import leaderboard
 
+  if args.leaderboard:
+    root = epath.Path(args.workdir or "runs/report_card")
+    leaderboard.build(lambda row: _graded_beside_baseline(rc, row, root / rc.variant_name(row), args))
+    if not overrides:
+      print(leaderboard.ranking())
+      return
   overrides = overrides or dict(rc.BASELINE)
   rc.check_variant(overrides)
   name = rc.variant_name(overrides)
   workdir = epath.Path(args.workdir or f"runs/report_card/{name}")
-  baseline_name = rc.variant_name(rc.BASELINE)
+  if args.leaderboard:
+    workdir = epath.Path(args.workdir or "runs/report_card") / name
+  card, baseline = _graded_beside_baseline(rc, overrides, workdir, args)
+  paths = rc.write(card, None if card is baseline else baseline, workdir)
+  print("\n".join(line for line in open(paths["report_card.md"]).read().splitlines() if not line.startswith("![")))
+  print("written: " + ", ".join(paths.values()))
+  if args.leaderboard:
+    print(leaderboard.ranking(card))
+
+
+def _graded_beside_baseline(rc, overrides, workdir, args):
+  """(the variant's card, the baseline's column): the baseline's cached card at this suite version for its learning
+  figures, with its time and memory measured here; graded here in full (and cached) with --remeasure or when no card
+  of this version is cached."""
+  name, baseline_name = rc.variant_name(overrides), rc.variant_name(rc.BASELINE)
   baseline = rc.cached_row(baseline_name)  # at this suite version, else None.
   expected = baseline["seconds"] if baseline else None
   command = shlex.join(["jformer", "report-card", *sys.argv[2:]])
@@ -259,9 +285,7 @@ def _grade_and_write(args, overrides):
     baseline = rc.beside(baseline, here, suite)
   card = (baseline if graded_here and name == baseline_name else
           rc.grade(overrides, workdir, seeds=args.seeds, expected=expected, command=command))
-  paths = rc.write(card, None if card is baseline else baseline, workdir)
-  print("\n".join(line for line in open(paths["report_card.md"]).read().splitlines() if not line.startswith("![")))
-  print("written: " + ", ".join(paths.values()))
+  return card, baseline
 
 
 report_card.add_arguments = _report_card_arguments

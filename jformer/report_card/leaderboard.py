@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import pathlib
-from typing import Any
+from typing import Any, Callable
 
 from jformer import config as config_lib
 from jformer.report_card.suite import REPO, SUITE_VERSION
@@ -61,3 +61,31 @@ def save(name: str, card: dict) -> pathlib.Path:
   path = row_path(name)
   path.write_text(json.dumps(card, indent=1) + "\n")
   return path
+
+
+def build(grade: Callable[[dict[str, Any]], tuple[dict, dict]], say: Callable[[str], None] = print) -> list[str]:
+  """Grades every row not yet graded at this suite version, in board order: `grade(overrides)` gives (the row's
+  card, the baseline's column beside it), saved together at once. Returns the rows graded now."""
+  graded_now = []
+  for name, overrides in board().items():
+    if graded(name) is not None:
+      say(f"leaderboard: {name}: graded at suite version {SUITE_VERSION} ({row_path(name)}), skipped")
+      continue
+    card, baseline = grade(overrides)
+    say(f"leaderboard: {name}: written {save(name, {**card, 'baseline': baseline})}")
+    graded_now.append(name)
+  return graded_now
+
+
+def ranking(extra: dict | None = None, metric: str = "lm_bits_per_byte_256") -> str:
+  """The graded rows (and `extra`, a card graded now, marked) ordered by `metric` (lower is better), one line each,
+  then the rows still missing."""
+  rows = [(name, card) for name in board() if (card := graded(name)) is not None]
+  if extra is not None:
+    rows.append((f"**{extra['variant']}** (yours)", extra))
+  rows.sort(key=lambda row: row[1]["values"].get(metric, float("inf")))
+  lines = [f"| rank | row | {metric} |", "|---:|---|---:|"]
+  lines += [f"| {i} | {name} | {card['values'].get(metric, float('nan')):.3f} |" for i, (name, card) in
+            enumerate(rows, 1)]
+  left = missing()
+  return "\n".join(lines + ([f"\nnot graded yet: {', '.join(left)}"] if left else []))
