@@ -1,0 +1,47 @@
+"""jformer/report_card/leaderboard.py: the board's rows, one JSON each written as it is graded, finished rows skipped."""
+
+import json
+
+from jformer import attention
+from jformer.report_card import leaderboard
+from jformer.report_card.suite import SUITE_VERSION
+
+KERNELS = {"auto", "cudnn", "pallas_gpu", "splash", "xla"}  # dot_product computed by other kernels: not rows.
+
+
+def test_the_board_holds_every_trainable_variant_the_plugins_and_the_shipped_patterns():
+  rows = leaderboard.board()
+  assert set(attention.available()) - KERNELS <= set(rows)
+  assert rows["forgetting_transformer"]["imports"] == "tests/plugins/forgetting_transformer.py"
+  assert rows["hybrid"]["model.layer_pattern"] == ("linear", "linear", "softmax")
+  assert rows["local_global_5_1"]["model.layer_pattern"] == ("local",) * 5 + ("global",)
+  assert len(rows) == 13
+
+
+def test_a_rerun_skips_the_rows_graded_at_this_suite_version(tmp_path, monkeypatch):
+  """Rows a and b exist (b of an older suite version): a rerun grades b and c only, each saved as it finishes with the
+  baseline column beside it; a failure at c keeps b."""
+  monkeypatch.setattr(leaderboard, "ROWS", tmp_path)
+  monkeypatch.setattr(leaderboard, "board", lambda: {n: {"model.attention": n} for n in "abc"})
+  card = lambda name, version=SUITE_VERSION: {"variant": name, "suite_version": version, "values": {}}
+  (tmp_path / "a.json").write_text(json.dumps(card("a")))
+  (tmp_path / "b.json").write_text(json.dumps(card("b", SUITE_VERSION - 1)))
+  assert leaderboard.missing() == ["b", "c"]
+  graded, said = [], []
+
+  def grade(overrides):
+    name = overrides["model.attention"]
+    graded.append(name)
+    if name == "c":
+      raise RuntimeError("stopped")
+    return card(name), {"variant": "dot_product"}
+
+  try:
+    leaderboard.build(grade, say=said.append)
+  except RuntimeError:
+    pass
+  assert graded == ["b", "c"] and said[0].startswith("leaderboard: a: graded at suite version")
+  saved = json.loads((tmp_path / "b.json").read_text())
+  assert saved["suite_version"] == SUITE_VERSION and saved["baseline"] == {"variant": "dot_product"}
+  assert leaderboard.missing() == ["c"]
+  assert "not graded yet: c" in leaderboard.ranking()
