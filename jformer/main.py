@@ -220,7 +220,7 @@ def _report_card_arguments(parser):
                       "ranked among the board's")
   parser.add_argument("--remeasure", action="store_true",
                       help="also grade dot_product here (in the workdir's sibling dot_product/) and cache its card "
-                      "in jformer/report_card/rows/ with this machine, date and commit")
+                      "in docs/results/report_cards/ with this machine, date and commit")
 
 
 @command("report-card", "grade an attention variant (--config.model.attention=..., --config.imports=my_file.py) on "

@@ -34,7 +34,7 @@ def test_a_rerun_skips_the_rows_graded_at_this_suite_version(tmp_path, monkeypat
     graded.append(name)
     if name == "c":
       raise RuntimeError("stopped")
-    return card(name), {"variant": "dot_product"}
+    return card(name), {"variant": "dot_product", "values": {}}
 
   try:
     leaderboard.build(grade, say=said.append)
@@ -42,6 +42,25 @@ def test_a_rerun_skips_the_rows_graded_at_this_suite_version(tmp_path, monkeypat
     pass
   assert graded == ["b", "c"] and said[0].startswith("leaderboard: a: graded at suite version")
   saved = json.loads((tmp_path / "b.json").read_text())
-  assert saved["suite_version"] == SUITE_VERSION and saved["baseline"] == {"variant": "dot_product"}
+  assert saved["suite_version"] == SUITE_VERSION and saved["baseline"]["variant"] == "dot_product"
+  assert json.loads((tmp_path / "board.json").read_text())["rows"] == {n: {"model.attention": n} for n in "abc"}
   assert leaderboard.missing() == ["c"]
   assert "not graded yet: c" in leaderboard.ranking()
+
+
+def test_the_committed_board_index_is_current():
+  """docs/results/report_cards/board.json (which the results page reads without importing jformer) lists the board's
+  rows and the suite's metrics as the code defines them: rerun `jformer report-card --leaderboard` (it rewrites it
+  first) after changing either."""
+  assert json.loads((leaderboard.ROWS / "board.json").read_text()) == json.loads(json.dumps(leaderboard.index()))
+
+
+def test_a_saved_row_compares_each_metric_beyond_the_seeds_spread(tmp_path, monkeypatch):
+  monkeypatch.setattr(leaderboard, "ROWS", tmp_path)
+  card = {"variant": "v", "values": {"mqar_64x4_accuracy": 0.5}, "samples": {"mqar_64x4_accuracy": [0.4, 0.6]}}
+  base = {"variant": "dot_product", "values": {"mqar_64x4_accuracy": 0.99},
+          "samples": {"mqar_64x4_accuracy": [0.98, 0.995]}}
+  saved = json.loads(leaderboard.save("v", card, base).read_text())
+  assert saved["comparison"]["mqar_64x4_accuracy"] == "-0.488 (worse)"
+  close = {**card, "samples": {"mqar_64x4_accuracy": [0.4, 0.99]}}
+  assert "(within noise)" in json.loads(leaderboard.save("v", close, base).read_text())["comparison"]["mqar_64x4_accuracy"]

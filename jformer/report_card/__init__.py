@@ -3,7 +3,7 @@
 
     jformer report-card --config.model.attention=linear
     jformer report-card --config.imports=my_attention.py --config.model.attention=mine [--workdir=runs/card]
-    jformer report-card --remeasure            # dot_product's card measured here, cached in rows/dot_product.json
+    jformer report-card --remeasure            # dot_product's card measured here, cached in docs/results/report_cards/dot_product.json
 
 The suite (`suite`): MQAR at three (length, pairs) points, induction heads, selective copying, the LM demo's test
 bits per byte at 256 with 512 and 1,024, a train step's time and temporary memory at 2,048 tokens, a decode step's

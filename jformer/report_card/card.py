@@ -21,23 +21,24 @@ from etils import epath
 from jformer import config as config_lib
 from jformer import provenance
 from jformer.report_card import measure, verdict
-from jformer.report_card.suite import (BASELINE, DECODE_BATCH, DECODE_LENGTH, REPO, SUITE_VERSION, TIMED_STEPS, Metric,
-                                       Part, Suite, default_suite, variant_name)
+from jformer.report_card.suite import (BASELINE, DECODE_BATCH, DECODE_LENGTH, REPO, ROWS, SUITE_VERSION, TIMED_STEPS,
+                                       Metric, Part, Suite, default_suite, variant_name)
 from jformer.train.loop import train_and_evaluate
 from jformer.train.preemption import Preempted
 from jformer.train.progress import format_duration
 
-ROWS = pathlib.Path(__file__).resolve().parent / "rows"  # cached cards of built-in variants: rows/<name>.json
 FILES = ("report_card.md", "report_card.json", "report_card.png")
 SECONDS_FILE = "report_card_seconds.txt"  # beside a training part's run: the wall seconds it took.
 
 
 def cached_row(name: str) -> dict | None:
-  """The card cached in the repository for variant `name` (rows/<name>.json) at this SUITE_VERSION, None if there is
+  """The card cached in the repository for variant `name` (ROWS/<name>.json) at this SUITE_VERSION, None if there is
   none (or only one of another version, whose figures do not compare)."""
   path = ROWS / f"{name}.json"
   row = json.loads(path.read_text()) if path.exists() else None
-  return row if row and row.get("suite_version") == SUITE_VERSION else None
+  if not row or row.get("suite_version") != SUITE_VERSION:
+    return None
+  return {k: v for k, v in row.items() if k not in ("baseline", "comparison")}  # a leaderboard row's card alone
 
 
 def beside(cached: dict, measured_here: dict, suite: Suite) -> dict:
@@ -47,7 +48,7 @@ def beside(cached: dict, measured_here: dict, suite: Suite) -> dict:
   machine = {metric.name for metric in suite.measurements().metrics}
   source = lambda metric: measured_here if metric in machine else cached
   return {**cached, "values": {m: source(m)["values"][m] for m in cached["values"]},
-          "samples": {m: _samples(source(m), m) for m in cached["values"]},
+          "samples": {m: samples_of(source(m), m) for m in cached["values"]},
           "sources": {"learning": _source(cached, "cached"), "time and memory": _source(measured_here, "here")}}
 
 
@@ -163,7 +164,7 @@ def grade(overrides: dict[str, Any], workdir: epath.PathLike, *, suite: Suite | 
           "values": {metric: shown for metric, (shown, _) in figures.items()},
           "samples": {metric: samples for metric, (_, samples) in figures.items()},
           "seconds": seconds, "total_seconds": sum(seconds.values()),  # reused runs count as they ran
-          "machine": provenance.machine(REPO, exclude=("jformer/report_card/rows",)),
+          "machine": provenance.machine(REPO, exclude=(ROWS.relative_to(REPO).as_posix(),)),
           "command": command or "jformer.report_card.grade (Python)"}
 
 
@@ -180,7 +181,7 @@ def comparison(metric: Metric, x, base) -> str:
                          ratio=metric.compare == "ratio", digits=metric.digits)
 
 
-def _samples(card: dict, metric: str) -> list[float] | None:
+def samples_of(card: dict, metric: str) -> list[float] | None:
   """The metric's figure per seed (or repetition), or its one value as a list; None where the card has none."""
   figure = card.get("samples", {}).get(metric)
   return figure if figure is not None else (None if card["values"].get(metric) is None else [card["values"][metric]])
@@ -197,7 +198,7 @@ def table(card: dict, baseline: dict | None, suite: Suite) -> str:
   for metric in suite.metrics:
     x, base = card["values"].get(metric.name), baseline["values"].get(metric.name)
     lines.append(f"| {metric.label} | {_figure(metric, x)} | {_figure(metric, base)} | "
-                 f"{comparison(metric, _samples(card, metric.name), _samples(baseline, metric.name))} |")
+                 f"{comparison(metric, samples_of(card, metric.name), samples_of(baseline, metric.name))} |")
   return "\n".join(lines)
 
 

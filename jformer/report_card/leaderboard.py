@@ -1,22 +1,26 @@
 """`jformer report-card --leaderboard`: the suite graded for every row of the board, one JSON file per row.
 
 Each row is written to docs/results/report_cards/<row>.json the moment its card is graded (the card's own JSON:
-machine, commit, date, seeds, suite version, wall time, command); a rerun skips the rows already graded at the current
-SUITE_VERSION and grades the rest, so the board is built over as many sittings as it takes. Time and memory are
-ratios to dot_product measured in the same command and everything else is at fixed steps, so rows graded on
-different machines compare.
+machine, commit, date, seeds, suite version, wall time, command; the baseline column graded beside it and the
+comparison of each metric); a rerun skips the rows already graded at the current SUITE_VERSION and grades the rest, so
+the board is built over as many sittings as it takes. Time and memory are ratios to dot_product measured in the same
+command and everything else is at fixed steps, so rows graded on different machines compare.
+
+`board.json` beside the rows says which rows the board has and what each metric is, so that
+docs/results/generate.py (standard library only) renders report_cards.md from the rows that exist and names the
+missing ones; tests/test_report_card_leaderboard.py checks it is current.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 from typing import Any, Callable
 
 from jformer import config as config_lib
-from jformer.report_card.suite import REPO, SUITE_VERSION
-
-ROWS = REPO / "docs" / "results" / "report_cards"
+from jformer.report_card.card import comparison, samples_of
+from jformer.report_card.suite import REPO, ROWS, SUITE_VERSION, default_suite
 PLUGINS = "tests/plugins"
 
 
@@ -55,11 +59,31 @@ def missing() -> list[str]:
   return [name for name in board() if graded(name) is None]
 
 
-def save(name: str, card: dict) -> pathlib.Path:
-  """Writes row `name`'s card (at once: a later row's failure loses nothing)."""
+def index() -> dict[str, Any]:
+  """What board.json holds: the suite version, every row's overrides (in board order) and the suite's metrics."""
+  return {"suite_version": SUITE_VERSION,
+          "rows": {name: {k: list(v) if isinstance(v, tuple) else v for k, v in overrides.items()}
+                   for name, overrides in board().items()},
+          "metrics": [dataclasses.asdict(metric) for metric in default_suite().metrics]}
+
+
+def write_index() -> pathlib.Path:
   ROWS.mkdir(parents=True, exist_ok=True)
+  path = ROWS / "board.json"
+  path.write_text(json.dumps(index(), indent=1) + "\n")
+  return path
+
+
+def save(name: str, card: dict, baseline: dict) -> pathlib.Path:
+  """Writes row `name`'s card with the baseline column it was graded beside and each metric's comparison with it
+  (`card.comparison`: '(better)' or '(worse)' only beyond the seeds' spread), at once: a later row's failure loses
+  nothing."""
+  ROWS.mkdir(parents=True, exist_ok=True)
+  compared = {m.name: comparison(m, samples_of(card, m.name), samples_of(baseline, m.name))
+              for m in default_suite().metrics}
   path = row_path(name)
-  path.write_text(json.dumps(card, indent=1) + "\n")
+  baseline = {k: v for k, v in baseline.items() if k not in ("baseline", "comparison")}
+  path.write_text(json.dumps({**card, "baseline": baseline, "comparison": compared}, indent=1) + "\n")
   return path
 
 
@@ -67,12 +91,13 @@ def build(grade: Callable[[dict[str, Any]], tuple[dict, dict]], say: Callable[[s
   """Grades every row not yet graded at this suite version, in board order: `grade(overrides)` gives (the row's
   card, the baseline's column beside it), saved together at once. Returns the rows graded now."""
   graded_now = []
+  write_index()
   for name, overrides in board().items():
     if graded(name) is not None:
       say(f"leaderboard: {name}: graded at suite version {SUITE_VERSION} ({row_path(name)}), skipped")
       continue
     card, baseline = grade(overrides)
-    say(f"leaderboard: {name}: written {save(name, {**card, 'baseline': baseline})}")
+    say(f"leaderboard: {name}: written {save(name, card, baseline)}")
     graded_now.append(name)
   return graded_now
 
