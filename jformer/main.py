@@ -243,7 +243,9 @@ def _grade_and_write(args, overrides):
 
   from jformer import report_card as rc
   from jformer.report_card import leaderboard
+  from jformer.train.progress import format_duration
 
+  start = time.perf_counter()
   if args.leaderboard:
     root = epath.Path(args.workdir or "runs/report_card")
     leaderboard.build(lambda row: _graded_beside_baseline(rc, row, root / rc.variant_name(row), args))
@@ -260,6 +262,7 @@ def _grade_and_write(args, overrides):
   paths = rc.write(card, None if card is baseline else baseline, workdir)
   print("\n".join(line for line in open(paths["report_card.md"]).read().splitlines() if not line.startswith("![")))
   print("written: " + ", ".join(paths.values()))
+  print(f"report card {name}: {format_duration(time.perf_counter() - start)} of wall time, {card['seeds']} seeds")
   if args.leaderboard:
     print(leaderboard.ranking(card))
 

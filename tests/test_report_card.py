@@ -151,6 +151,17 @@ def test_each_training_part_runs_every_seed_and_the_card_keeps_their_figures(mon
     card_lib.grade({}, tmp_path, suite=suite_lib.Suite(parts, metrics), seeds=0)
 
 
+def test_later_seeds_reuse_the_first_seeds_text_and_vocabulary(tmp_path):
+  """The LM part's second seed reads the first's prepared tfds data and SentencePiece model (neither depends on the
+  seed); a synthetic task's run, which trains no vocabulary, shares nothing (its data is generated per seed)."""
+  first = tmp_path / "lm" / "seed_0"
+  assert card_lib.shared_preparation(first) == {}
+  (first / "vocab").mkdir(parents=True)
+  (first / "vocab" / "spm_8000.model").write_text("")
+  assert card_lib.shared_preparation(first) == {"data.data_dir": str(first / "tfds"),
+                                                "data.vocab_path": str(first / "vocab" / "spm_8000.model")}
+
+
 def test_the_cached_dot_product_card_is_complete():
   """rows/dot_product.json: a number for every metric of the suite, and where, when and from what it was measured."""
   row = rc.cached_row("dot_product")

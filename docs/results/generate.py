@@ -940,10 +940,11 @@ def render_board(repo: pathlib.Path) -> str:
           for name, card in graded.items()]
   verdicts = [[f"`{name}`"] + [card.get("comparison", {}).get(metric["name"], "-") for metric in metrics]
               for name, card in graded.items() if name != "dot_product"]
-  where = [f"- `{name}`: {card['seeds']} seeds, {card['total_seconds'] / 60:.1f} min; {card['machine']['date']}, "
+  wall = lambda card: card.get("wall_seconds", card["total_seconds"])
+  where = [f"- `{name}`: {card['seeds']} seeds, {wall(card) / 60:.1f} min; {card['machine']['date']}, "
            f"commit `{card['machine']['commit']}`, {machine_line(card['machine'])}; `{card['command']}`"
            for name, card in graded.items()]
-  total = sum(card["total_seconds"] for card in graded.values())
+  total = sum(wall(card) for card in graded.values())
   return paragraphs(
       header(f"{BOARD}/*.json"), "# The leaderboard: every variant on the report card's suite", first,
       BOARD_INTRO.format(board=BOARD),

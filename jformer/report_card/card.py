@@ -125,11 +125,23 @@ def seeded_runs(part: Part, seeds: int) -> list[tuple[str, dict[str, Any]]]:
   return [(f"seed_{seed}", {"train.seed": seed}) for seed in range(seeds)]
 
 
+def shared_preparation(first: epath.Path) -> dict[str, str]:
+  """Overrides with which a later seed's run reuses what the first seed's run (in `first`) prepared of a text
+  dataset: its tfds data and its SentencePiece vocabulary, neither of which depends on the seed; {} where it
+  trained none (the synthetic tasks, generated per seed)."""
+  vocabularies = sorted((first / "vocab").glob("spm_*.model")) if (first / "vocab").exists() else []
+  if len(vocabularies) != 1:
+    return {}
+  return {"data.data_dir": os.fspath(first / "tfds"), "data.vocab_path": os.fspath(vocabularies[0])}
+
+
 def grade(overrides: dict[str, Any], workdir: epath.PathLike, *, suite: Suite | None = None, seeds: int = 1,
           expected: dict[str, float] | None = None, say: Callable[[str], None] = print,
           command: str = "") -> dict:
   """Trains and measures every part of `suite` (default: `default_suite()`) for the variant the `overrides`
-  define, in `<workdir>/<part>` (a training part once per seed, `seeded_runs`); returns the card: `samples` holds
+  define, in `<workdir>/<part>` (a training part once per seed, `seeded_runs`: the later seeds reuse the first's
+  prepared text and vocabulary, `shared_preparation`, and load its compiled programs from the persistent compilation
+  cache, the programs being the same); returns the card: `samples` holds
   each metric's figure per seed, `values` their mean. `expected`: seconds per part (the baseline card's), for the
   ETA in the progress lines; `command`: what graded it, recorded in the card."""
   if seeds < 1:
@@ -145,8 +157,9 @@ def grade(overrides: dict[str, Any], workdir: epath.PathLike, *, suite: Suite | 
     say(f"report card {name} [{i + 1}/{len(names)}] {part.title}: {part.config} ({part.kind}"
         f"{f', {len(runs)} seeds' if len(runs) > 1 else ''}{took})")
     results[part.name], seconds[part.name], reused = [], 0.0, True
-    for folder, extra in runs:
-      result, took_here, reused_here = timed_part(part, {**overrides, **extra}, workdir / part.name / folder)
+    for n, (folder, extra) in enumerate(runs):
+      shared = shared_preparation(workdir / part.name / runs[0][0]) if n else {}
+      result, took_here, reused_here = timed_part(part, {**overrides, **extra, **shared}, workdir / part.name / folder)
       results[part.name].append(result)
       seconds[part.name] += took_here
       reused &= reused_here

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import time
 from typing import Any, Callable
 
 from jformer import config as config_lib
@@ -74,16 +75,19 @@ def write_index() -> pathlib.Path:
   return path
 
 
-def save(name: str, card: dict, baseline: dict) -> pathlib.Path:
-  """Writes row `name`'s card with the baseline column it was graded beside and each metric's comparison with it
-  (`card.comparison`: '(better)' or '(worse)' only beyond the seeds' spread), at once: a later row's failure loses
-  nothing."""
+def save(name: str, card: dict, baseline: dict, wall_seconds: float | None = None) -> pathlib.Path:
+  """Writes row `name`'s card with the baseline column it was graded beside, each metric's comparison with it
+  (`card.comparison`: '(better)' or '(worse)' only beyond the seeds' spread) and the wall seconds of its grading
+  (the baseline's measurements included), at once: a later row's failure loses nothing."""
   ROWS.mkdir(parents=True, exist_ok=True)
   compared = {m.name: comparison(m, samples_of(card, m.name), samples_of(baseline, m.name))
               for m in default_suite().metrics}
   path = row_path(name)
   baseline = {k: v for k, v in baseline.items() if k not in ("baseline", "comparison")}
-  path.write_text(json.dumps({**card, "baseline": baseline, "comparison": compared}, indent=1) + "\n")
+  row = {**card, "baseline": baseline, "comparison": compared}
+  if wall_seconds is not None:
+    row["wall_seconds"] = round(wall_seconds, 1)
+  path.write_text(json.dumps(row, indent=1) + "\n")
   return path
 
 
@@ -96,8 +100,9 @@ def build(grade: Callable[[dict[str, Any]], tuple[dict, dict]], say: Callable[[s
     if graded(name) is not None:
       say(f"leaderboard: {name}: graded at suite version {SUITE_VERSION} ({row_path(name)}), skipped")
       continue
+    start = time.perf_counter()
     card, baseline = grade(overrides)
-    say(f"leaderboard: {name}: written {save(name, card, baseline)}")
+    say(f"leaderboard: {name}: written {save(name, card, baseline, time.perf_counter() - start)}")
     graded_now.append(name)
   return graded_now
 
