@@ -18,7 +18,8 @@ from jformer.attention.decode_state import DecodeState
 
 def compute(module: nn.Module, variant: AttentionVariant, options: dict, masking: dict, inputs_q_BxTxD: jax.Array,
             inputs_kv_BxSxD: jax.Array | None, *, decode: bool, state: DecodeState | None) -> dict:
-  """The variant's `captures=`: {"q": {name: `[B, T, ...]`}, "kv": {name: `[B, S, ...]`}}.
+  """The variant's `captures=`: {"q": {name: `[B, T, ...]`}, "kv": {name: `[B, S, ...]`}} (a capture read at the
+  queries only, `Capture.queries_only`, at the queries alone).
 
   Queries take the capture of their own input; keys that of theirs (the encoder output in encoder-decoder
   attention), or, in self-attention while decoding (`state`: the variant's decode state), what the cache holds of
@@ -33,6 +34,8 @@ def compute(module: nn.Module, variant: AttentionVariant, options: dict, masking
     else:
       at_queries = capture.values(inputs_q_BxTxD, params, masking["q_segment_ids"])
     captured["q"][name] = at_queries
+    if capture.queries_only:  # nothing at the keys, nothing cached.
+      continue
     if inputs_kv_BxSxD is not None:
       captured["kv"][name] = capture.values(inputs_kv_BxSxD, params, masking["kv_segment_ids"])
     elif state is None:
