@@ -75,6 +75,18 @@ def dot_product_weights(query: jax.Array, key: jax.Array, *, mask: jax.Array | N
   Returns:
     `[B, H, T, S]` float32; a query whose keys are all masked gets uniform weights.
   """
+  logits_BxHxTxS = dot_product_logits(query, key, bias=bias, scale=scale, softcap=softcap, score_mod=score_mod)
+  if mask is not None:
+    logits_BxHxTxS = jnp.where(mask, logits_BxHxTxS, jnp.finfo(jnp.float32).min)
+  return jax.nn.softmax(logits_BxHxTxS, axis=-1)
+
+
+def dot_product_logits(query: jax.Array, key: jax.Array, *, bias: jax.Array | None = None,
+                       scale: float | None = None, softcap: float = 0.0,
+                       score_mod: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
+  """The logits mod(cap(Q K^T * scale)) + bias, `[B, H, T, S]` float32, for every key (no mask): what
+  `dot_product_weights` normalises, and what a variant that is not softmax over them reads (`stick_breaking`).
+  Arguments as `dot_product_weights`'."""
   if scale is None:
     scale = query.shape[-1] ** -0.5
   key = repeat_kv(key, query.shape[2])
@@ -84,9 +96,7 @@ def dot_product_weights(query: jax.Array, key: jax.Array, *, mask: jax.Array | N
     logits_BxHxTxS = jnp.broadcast_to(score_mod(logits_BxHxTxS), logits_BxHxTxS.shape).astype(jnp.float32)
   if bias is not None:
     logits_BxHxTxS = logits_BxHxTxS + bias.astype(jnp.float32)
-  if mask is not None:
-    logits_BxHxTxS = jnp.where(mask, logits_BxHxTxS, jnp.finfo(jnp.float32).min)
-  return jax.nn.softmax(logits_BxHxTxS, axis=-1)
+  return logits_BxHxTxS
 
 
 def repeat_kv(x_BxSxKxD: jax.Array, num_heads: int) -> jax.Array:
