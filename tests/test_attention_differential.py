@@ -1,8 +1,8 @@
 """`differential` (Ye et al. 2024, Differential Transformer) against the paper's equation written out here, outputs
 and gradients; causal; dropout of the differential map; lambda_init's depth schedule as layer kinds; an LM with a
-differential layer beside a softmax one generates from its cache what its full pass predicts. The generic matrix
-(tests/test_attention_variants.py) checks its two `auto` calls against its dense formula in every masking it
-declares, and its decode steps against the full forward."""
+differential layer beside a softmax one generates from its cache what its full pass predicts; over a sequence split
+across devices (slow run), as on one. The generic matrix (tests/test_attention_variants.py) checks its two `auto`
+calls against its dense formula in every masking it declares, and its decode steps against the full forward."""
 
 import math
 
@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_context_parallel import output_and_grads, placement, problem, shardings
 from test_decode_generate import check_cached_generation_equals_full_forward, lm_and_params, lm_config
 
 from jformer import attention, tasks
@@ -126,3 +127,22 @@ def test_a_differential_layer_beside_a_softmax_layer_generates_from_its_cache():
            "softmax": {"attention": "dot_product"}}
   check_cached_generation_equals_full_forward(*lm_and_params(**{"model.layer_kinds": kinds,
                                                                  "model.layer_pattern": ("differential", "softmax")}))
+
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["gather", "ring"])
+def test_differential_over_a_sequence_split_equals_one_device(strategy):
+  """Rows split over 4 devices along the sequence (2 rows over data), packed, causal, grouped heads: its two `auto`
+  calls take the split (`splits_sequence`, as `local`), outputs and gradients as on one device."""
+  args, mesh = problem(), placement(strategy, data=2, sequence=4)
+  params = {"lambda_q": 0.5 * jax.random.normal(jax.random.PRNGKey(7), (D,)),
+            "lambda_k": 0.5 * jax.random.normal(jax.random.PRNGKey(8), (D,))}
+  split = output_and_grads("differential", {"params": params}, dict(causal=True), mesh)
+  want_out, want_grads = jax.jit(output_and_grads("differential", {"params": params}, dict(causal=True)))(*args)
+  out, grads = jax.jit(split, in_shardings=shardings(mesh.mesh))(*args)
+  assert out.sharding.spec[1] == "sequence"  # each device keeps its share of the tokens
+  rows = np.asarray(args[3] != 0)
+  np.testing.assert_allclose(np.asarray(out)[rows], np.asarray(want_out)[rows], atol=2e-6)
+  for got, want in zip(grads, want_grads, strict=True):
+    np.testing.assert_allclose(got, want, atol=2e-5)

@@ -1,8 +1,9 @@
 """`stick_breaking` (Tan et al. 2024, Scaling Stick-Breaking Attention) against the paper's equation written out here
 as products (not in log space), outputs and gradients, with and without the query's own key; causal; refused where
 keys have no order (an encoder); an LM with a stick-breaking layer beside a softmax one and no positional encoding
-generates from its cache what its full pass predicts. The generic matrix (tests/test_attention_variants.py) checks it
-against its weights in every causal masking it declares, and its decode steps against the full forward."""
+generates from its cache what its full pass predicts; over a sequence split across devices (slow run), as on one. The
+generic matrix (tests/test_attention_variants.py) checks it against its weights in every causal masking it declares,
+and its decode steps against the full forward."""
 
 import math
 
@@ -10,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_context_parallel import output_and_grads, placement, problem, shardings
 from test_decode_generate import check_cached_generation_equals_full_forward, lm_and_params
 
 from helpers import SMALL
@@ -99,3 +101,19 @@ def test_a_stick_breaking_layer_beside_a_softmax_layer_generates_from_its_cache(
   kinds = {"stick_breaking": {"attention": "stick_breaking"}, "softmax": {"attention": "dot_product"}}
   check_cached_generation_equals_full_forward(*lm_and_params(**{
       "model.layer_kinds": kinds, "model.layer_pattern": ("stick_breaking", "softmax"), "model.positional": "none"}))
+
+
+@pytest.mark.slow
+def test_stick_breaking_over_a_sequence_split_equals_one_device():
+  """Rows split over 4 devices along the sequence (2 rows over data), packed, causal, grouped heads: the registry runs
+  it on the gathered keys (`parallel.context_strategy='gather'`; the ring computes softmax attention only), outputs
+  and gradients as on one device."""
+  args, mesh = problem(), placement("gather", data=2, sequence=4)
+  want_out, want_grads = jax.jit(output_and_grads("stick_breaking", {}, dict(causal=True)))(*args)
+  out, grads = jax.jit(output_and_grads("stick_breaking", {}, dict(causal=True), mesh),
+                       in_shardings=shardings(mesh.mesh))(*args)
+  assert out.sharding.spec[1] == "sequence"  # each device keeps its share of the tokens
+  rows = np.asarray(args[3] != 0)
+  np.testing.assert_allclose(np.asarray(out)[rows], np.asarray(want_out)[rows], atol=2e-6)
+  for got, want in zip(grads, want_grads, strict=True):
+    np.testing.assert_allclose(got, want, atol=2e-5)
