@@ -11,8 +11,8 @@ the paper's [Q1; Q2] = X W^Q), and the values keep the whole head (the paper's V
 lambda_q = [lambda_q1 | lambda_q2] and lambda_k = [lambda_k1 | lambda_k2] are learned vectors of head_dim entries
 shared by the layer's heads (N(0, 0.1^2) at initialisation, as the paper's code). The paper sets lambda_init by the
 layer's depth l (1-based), `lambda_init_at(l)` = 0.8 - 0.6 exp(-0.3 (l - 1)); the attention call does not know its
-layer, so lambda_init is an option (default 0.8, the schedule's value deep in the stack, which the paper's ablation
-finds about as good), and `depth_schedule(num_layers)` gives the layer kinds that set it layer by layer:
+layer, so lambda_init is an option (default 0.8, the schedule's value deep in the stack; the paper's ablation finds
+its results robust to a constant one), and `depth_schedule(num_layers)` gives the layer kinds that set it per layer:
 
     model.layer_kinds, model.layer_pattern = differential.depth_schedule(model.num_decoder_layers)
 
