@@ -85,7 +85,7 @@ def dot_product_logits(query: jax.Array, key: jax.Array, *, bias: jax.Array | No
                        score_mod: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
   """The attention logits mod(cap(Q K^T * scale)) + bias, unmasked (cap is the soft-cap, the identity when `softcap`
   is 0; mod is `score_mod`, the identity when None): softmax attention's before the softmax, sigmoid attention's
-  before the sigmoid.
+  before the sigmoid, stick-breaking's before its log-sigmoid.
 
   Args:
     query `[B, T, H, D]`, key `[B, S, K, D]` (H % K == 0); bias, scale, softcap: as in `dot_product_attention`.
