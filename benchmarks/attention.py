@@ -3,8 +3,9 @@
 For each variant and length (128, 256, ..., `--max_length`, or `--lengths`): batch 1, 8 heads, head_dim 64, causal
 self-attention, float32; one jitted step computes the loss sum(attention(q, k, v)) and its gradients wrt q, k, v
 and the variant's learned parameters, if it declares any (made by `jformer.registry.init_params` for these
-dimensions, d_model = heads x head_dim). Each variant runs with `AttentionVariant.runnable_options`: its
-defaults, its `example_options` value for an option it requires, `--options` on top.
+dimensions, d_model = heads x head_dim); a variant that reads per-token tensors of the layer input (`captures=`:
+`gated_deltanet`'s gate logits) gets zeros for them. Each variant runs with `AttentionVariant.runnable_options`:
+its defaults, its `example_options` value for an option it requires, `--options` on top.
 
 A name `VARIANT+alibi` runs VARIANT with ALiBi's bias (`ops.positional.alibi_bias`, the fixed slopes of --heads
 heads, computed inside the step as the model's `alibi` encoding does): the hand-written path. Two flex variants
@@ -133,12 +134,22 @@ def learned_params(name: str, args) -> dict | None:
   return registry.init_params(variant.params, variant.param_dims(dims, args.options[name]), jax.random.PRNGKey(1))
 
 
+def captured(name: str, query) -> dict:
+  """Zeros for the per-token tensors the variant captures from the layer input (`captures=`, at the queries and keys
+  of these self-attention shapes, `[B, T, H]`), which there is no layer here to compute; {} if it captures none."""
+  variant = attention.get(base_variant(name))
+  if not variant.captures:
+    return {}
+  zeros = {n: jnp.zeros(query.shape[:3]) for n in variant.captures}
+  return {"captures": {"q": zeros, "kv": zeros}}
+
+
 def measure(name: str, length: int, args) -> dict:
   """One (variant, length) point: compile, read temporary memory, then time unless it would not fit."""
   kq, kk, kv = jax.random.split(jax.random.PRNGKey(0), 3)
   shape = (args.batch, length, args.heads, args.head_dim)
   q, k, v = (jax.random.normal(key, shape, jnp.float32) for key in (kq, kk, kv))
-  fn = call_of(name, args)
+  fn = functools.partial(call_of(name, args), **captured(name, q))
   params = learned_params(name, args)
   if params is None:
     inputs, loss = (q, k, v), lambda q, k, v: jnp.sum(fn(q, k, v))
