@@ -9,8 +9,8 @@ the chunked form (the WY representation, a triangular solve per chunk and a `lax
 chunk size C of `--chunk_sizes`, and the recurrence one token at a time (a `lax.scan` over T tokens: the decode
 step from an empty state). Each row: compile seconds (once), the step's median (min-max) over two rounds of
 `--reps` timed runs after a warm-up, the forms taking turns (`common.time_in_rounds`), with the other processes' CPU
-share per run; and the largest difference of its output from the recurrence's. The first line names the machine (CPU model and SIMD
-flags, `common.announce`).
+share per run; and the largest difference of its output from the recurrence's. The first line names the machine
+(CPU model and SIMD flags, `common.announce`).
 
     python benchmarks/gated_deltanet.py --json=benchmarks/results/gated_deltanet.json   # 2,048 tokens: minutes
     python benchmarks/gated_deltanet.py --length=256 --reps=5 --json=    # a quick look at a small size

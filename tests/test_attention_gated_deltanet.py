@@ -31,7 +31,8 @@ def random_inputs(seed=0):
   v = jax.random.normal(keys[2], (B, T, H, DV))
   params = {"alpha_weight": jnp.zeros((H * DK, H)), "beta_weight": jnp.zeros((H * DK, H)),
             "a_log": 0.5 * jax.random.normal(keys[3], (H,)), "dt_bias": jax.random.normal(keys[4], (H,))}
-  logits = {"alpha_logit": jax.random.normal(keys[5], (B, T, H)), "beta_logit": 2 * jax.random.normal(keys[6], (B, T, H))}
+  logits = {"alpha_logit": jax.random.normal(keys[5], (B, T, H)),
+            "beta_logit": 2 * jax.random.normal(keys[6], (B, T, H))}
   return q, k, v, params, {"q": logits, "kv": logits}
 
 

@@ -86,7 +86,7 @@ def _chunks(q_BxTxHxK, k_BxTxHxK, v_BxTxHxV, log_alpha_BxTxH, beta_BxTxH, segmen
 
   (U: the rows u_t = beta_t (v_t - alpha_t M_{t-1}^T k_t) by which M_t = alpha_t M_{t-1} + k_t u_t^T; a unit lower
   triangular solve, the UT transform). Segment id 0 (padding) writes nothing. `q_BxTxHxK` None: U only. Returns
-  (U `[B, T, H, Dv]`, O `[B, T, H, Dv]` or None). Time O(T C (C + Dk + Dv) + T Dk Dv)."""
+  (U `[B, T, H, Dv]`, O `[B, T, H, Dv]` or None). Time O(T C (Dk + Dv) + T Dk Dv)."""
   batch, length, heads, dim = k_BxTxHxK.shape
   pad = -length % chunk
   # [B, T, ...] -> [T / C, B, C, ...], the padding (segment 0) at the end.
@@ -184,12 +184,13 @@ def decode_step(state: dict, query, key, value, *, params, captures, chunk_size=
 def gated_deltanet(query, key, value, *, params, captures, causal=False, q_segment_ids=None, kv_segment_ids=None,
                    q_positions=None, kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None,
                    chunk_size=64):
-  """Gated DeltaNet: o_t = S_t q_t, S_t = alpha_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T (module doc).
+  """Gated DeltaNet (gated delta rule): o_t = S_t q_t, S_t = alpha_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T.
 
   Query i reads the state M left by the keys it sees, in slot order, from M = 0 (`gated_deltanet_reference`):
   - Causal self-attention (T == S): the chunked form (`_chunks`, chunks of `chunk_size` tokens), masked by index and
-    segment ids: the state restarts at each example of a packed row. Time O(T (C + Dk) Dv), memory O(T C + T/C Dk
-    Dv); examples must be contiguous runs with positions increasing along the row (as packing produces).
+    segment ids: the state restarts at each example of a packed row. Time O(T C (Dk + Dv) + T Dk Dv), memory
+    O(T C + T/C Dk Dv); examples must be contiguous runs with positions increasing along the row (as packing
+    produces).
   - Otherwise (not causal: every query reads its example's final state; decode steps against a cache, T != S): the
     rows u_j of the chunked form read out as o_i = sum_j exp(G_l(i) - G_j) (q_i . k_j) u_j over the visible keys j,
     l(i) the last of them (`_read_out`): O(T S (Dk + Dv)), like softmax attention. Each query must see the first
