@@ -23,9 +23,9 @@ def compute(module: nn.Module, variant: AttentionVariant, options: dict, masking
 
   Queries take the capture of their own input; keys that of theirs (the encoder output in encoder-decoder
   attention), or, in self-attention while decoding (`state`: the variant's decode state), what the cache holds of
-  every slot the keys come from. A cumulative capture restarts at each example of a packed row (`masking`: the
-  call's, with its segment ids, positions and `params`) and continues from the running sum of the earlier decode
-  steps.
+  every slot the keys come from (a recurrent state's step reads the new tokens only: theirs). A cumulative capture
+  restarts at each example of a packed row (`masking`: the call's, with its segment ids, positions and `params`)
+  and continues from the running sum of the earlier decode steps.
   """
   params, captured = masking.get("params"), {"q": {}, "kv": {}}
   for name, capture in sorted(variant.captures.items()):
@@ -38,7 +38,7 @@ def compute(module: nn.Module, variant: AttentionVariant, options: dict, masking
       continue
     if inputs_kv_BxSxD is not None:
       captured["kv"][name] = capture.values(inputs_kv_BxSxD, params, masking["kv_segment_ids"])
-    elif state is None:
+    elif state is None or state.kind == "recurrent":  # a recurrent state keeps what it needs of the keys itself.
       captured["kv"][name] = at_queries
     elif state.kind == "window":
       captured["kv"][name] = _window_cache(module, name, at_queries, state.window_size(options, variant.options))
