@@ -121,6 +121,7 @@ def test_lambda_init_follows_the_depth_schedule_as_layer_kinds():
       [differential.lambda_init_at(l) for l in (1, 2, 3)])
 
 
+@pytest.mark.integration  # a 2-layer LM compiled for generation: 8-24 s on 2 busy cores.
 def test_a_differential_layer_beside_a_softmax_layer_generates_from_its_cache():
   """A 2-layer LM (4 query heads on 2 key/value heads of 8 features) of pattern (differential, softmax)."""
   kinds = {"differential": {"attention": "differential", "attention_options": {"lambda_init": 0.2}},

@@ -76,6 +76,7 @@ def test_a_gate_not_shaped_like_the_output_is_refused():
     GATED.fn(q, k, v, params={"gate": w}, captures={"q": {"gate": jnp.zeros((B, T, H, D))}, "kv": {"gate": x}})
 
 
+@pytest.mark.integration  # a 2-layer LM compiled for generation: 8-24 s on 2 busy cores.
 def test_gated_layers_beside_softmax_layers_generate_as_the_full_forward():
   """A 2-layer LM of pattern (gated, softmax): W_g `[d_model, H, head_dim]` in the gated layer only, nothing of the
   gate in the decode cache, and cached generation equal to the full forward pass."""

@@ -140,6 +140,7 @@ def test_initial_gates_are_mamba2s_and_bad_calls_are_refused():
     variant(q, k, v, params, captures, chunk_size=0)
 
 
+@pytest.mark.integration  # a 2-layer LM compiled for generation: 8-24 s on 2 busy cores.
 def test_in_a_layer_pattern_cached_generation_equals_the_full_forward_and_the_state_is_flat():
   """A 2-layer LM of pattern (gated_deltanet, softmax): generation from the cache (the gated delta state, keys and
   values of the softmax layer) equals the full forward pass; a model of gated_deltanet layers only keeps a decode

@@ -83,6 +83,7 @@ def test_sigmoid_is_causal_and_drops_weights():
     SIGMOID.fn(q, k, v, sequence_length=0)
 
 
+@pytest.mark.integration  # a 2-layer LM compiled for generation: 8-24 s on 2 busy cores.
 def test_sigmoid_layers_beside_softmax_layers_generate_as_the_full_forward():
   """A 2-layer LM of pattern (sigmoid, softmax), n = 16: cached generation equals the full forward pass."""
   check_cached_generation_equals_full_forward(*lm_and_params(**{

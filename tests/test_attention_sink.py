@@ -85,6 +85,7 @@ def test_sink_is_causal():
   assert np.abs(np.asarray(out[:, 4:] - moved[:, 4:])).min() > 0
 
 
+@pytest.mark.integration  # a 2-layer LM compiled for generation: 8-24 s on 2 busy cores.
 def test_windowed_sink_layers_beside_softmax_layers_generate_as_the_full_forward():
   """A 2-layer LM of pattern (sink with a window of 3, softmax), gpt-oss's alternation: a sink logit per head in the
   sink layer only, and cached generation equal to the full forward pass."""

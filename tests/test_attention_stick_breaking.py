@@ -95,6 +95,7 @@ def test_calls_without_an_order_are_refused():
     config_lib.load(SMALL, {"model.attention": "stick_breaking"})
 
 
+@pytest.mark.integration  # a 2-layer LM compiled for generation: 8-24 s on 2 busy cores.
 def test_a_stick_breaking_layer_beside_a_softmax_layer_generates_from_its_cache():
   """A 2-layer LM (4 query heads on 2 key/value heads) of pattern (stick_breaking, softmax), without a positional
   encoding (the paper's setting): the stick-breaking layer gives the stack its order."""

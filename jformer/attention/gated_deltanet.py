@@ -184,7 +184,7 @@ def decode_step(state: dict, query, key, value, *, params, captures, chunk_size=
 def gated_deltanet(query, key, value, *, params, captures, causal=False, q_segment_ids=None, kv_segment_ids=None,
                    q_positions=None, kv_positions=None, mask=None, bias=None, dropout_rate=0.0, dropout_rng=None,
                    chunk_size=64):
-  """Gated DeltaNet (gated delta rule): o_t = S_t q_t, S_t = alpha_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T.
+  """Gated DeltaNet (Yang et al. 2024): o_t = S_t q_t, S_t = alpha_t S_{t-1} (I - beta_t k_t k_t^T) + beta_t v_t k_t^T.
 
   Query i reads the state M left by the keys it sees, in slot order, from M = 0 (`gated_deltanet_reference`):
   - Causal self-attention (T == S): the chunked form (`_chunks`, chunks of `chunk_size` tokens), masked by index and
