@@ -3,7 +3,8 @@
 For each variant and length (128, 256, ..., `--max_length`, or `--lengths`): batch 1, 8 heads, head_dim 64, causal
 self-attention, float32; one jitted step computes the loss sum(attention(q, k, v)) and its gradients wrt q, k, v
 and the variant's learned parameters, if it declares any (made by `jformer.registry.init_params` for these
-dimensions, d_model = heads x head_dim). Each variant runs with `AttentionVariant.runnable_options`: its
+dimensions, d_model = heads x head_dim; the per-token tensors it captures, if any, from a random layer input, in
+the step). Each variant runs with `AttentionVariant.runnable_options`: its
 defaults, its `example_options` value for an option it requires, `--options` on top.
 
 A name `VARIANT+alibi` runs VARIANT with ALiBi's bias (`ops.positional.alibi_bias`, the fixed slopes of --heads
@@ -133,6 +134,16 @@ def learned_params(name: str, args) -> dict | None:
   return registry.init_params(variant.params, variant.param_dims(dims, args.options[name]), jax.random.PRNGKey(1))
 
 
+def captured(name: str, x_BxTxD, params) -> dict:
+  """`captures=` of the variant's declared captures of the layer input `x` (self-attention: the same tokens at the
+  queries and at the keys), as the model computes them (`jformer.models.captures`); {} if it declares none."""
+  variant = attention.get(base_variant(name))
+  if not variant.captures:
+    return {}
+  at = lambda keys: {n: c.values(x_BxTxD, params) for n, c in variant.captures.items() if not (keys and c.queries_only)}
+  return {"captures": {"q": at(False), "kv": at(True)}}
+
+
 def measure(name: str, length: int, args) -> dict:
   """One (variant, length) point: compile, read temporary memory, then time unless it would not fit."""
   kq, kk, kv = jax.random.split(jax.random.PRNGKey(0), 3)
@@ -142,8 +153,10 @@ def measure(name: str, length: int, args) -> dict:
   params = learned_params(name, args)
   if params is None:
     inputs, loss = (q, k, v), lambda q, k, v: jnp.sum(fn(q, k, v))
-  else:  # the parameters get their gradient too, as in a train step.
-    inputs, loss = (q, k, v, params), lambda q, k, v, params: jnp.sum(fn(q, k, v, params=params))
+  else:  # the parameters get their gradient too, as in a train step (through the captures the step computes).
+    x = jax.random.normal(jax.random.PRNGKey(2), (args.batch, length, args.heads * args.head_dim))
+    inputs, loss = (q, k, v, params), lambda q, k, v, params: jnp.sum(fn(q, k, v, params=params,
+                                                                         **captured(name, x, params)))
   step = jax.jit(jax.value_and_grad(loss, argnums=tuple(range(len(inputs)))))
   start = time.perf_counter()
   compiled = step.lower(*inputs).compile()

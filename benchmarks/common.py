@@ -138,6 +138,19 @@ class Timing:
             "other_cpu": [None if d is None else round(d, 3) for d in self.disturbance], "disturbed": self.disturbed}
 
 
+def time_train_steps(step: Callable, state, batch, reps: int) -> tuple[float, Timing]:
+  """(the first step's loss, the timing of `reps` steps after it) of a compiled train step `step(state, batch) ->
+  (state, metrics)`, each step fed the state the one before returned."""
+  holder = {"state": state}
+
+  def run():
+    holder["state"], metrics = step(holder["state"], batch)
+    return metrics
+
+  first_loss = float(run()["loss"])
+  return first_loss, time_repeated(run, reps, warmup=0)
+
+
 def time_repeated(fn: Callable[[], object], reps: int, warmup: int = 1) -> Timing:
   """Runs `fn` (which must block until its work is done) `warmup` times untimed, then `reps` times timed."""
   import jax

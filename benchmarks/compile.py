@@ -57,14 +57,7 @@ def measure(layers: int, reps: int) -> list[dict]:
     start = time.perf_counter()
     compiled = step.lower(state, batch).compile()
     compile_s = time.perf_counter() - start
-    holder = {"state": state}
-
-    def run():
-      holder["state"], metrics = compiled(holder["state"], batch)
-      return metrics
-
-    first_loss = float(run()["loss"])
-    timing = common.time_repeated(run, reps, warmup=0)
+    first_loss, timing = common.time_train_steps(compiled, state, batch, reps)
     rows.append({"layers": layers, "layout": "scan" if scan else "loop", "compile_s": round(compile_s, 2),
                  "step_ms": timing.summary(1e3, 1), "first_loss": round(first_loss, 5)})
     step_ms = rows[-1]["step_ms"]

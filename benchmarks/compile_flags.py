@@ -57,14 +57,7 @@ def measure(reps: int) -> dict:
   start = time.perf_counter()
   step = jax.jit(step_lib.make_train_step(model, tx, schedule, label_smoothing=0.1)).lower(state, batch).compile()
   compile_s = time.perf_counter() - start
-  holder = {"state": state}
-
-  def run():
-    holder["state"], metrics = step(holder["state"], batch)
-    return metrics
-
-  first_loss = float(run()["loss"])
-  timing = common.time_repeated(run, reps, warmup=0)
+  first_loss, timing = common.time_train_steps(step, state, batch, reps)
   return {"eager_s": round(eager_s, 2), "init_s": round(init_s, 2), "step_compile_s": round(compile_s, 2),
           "step_ms": timing.summary(1e3, 2), "first_loss": round(first_loss, 5)}
 

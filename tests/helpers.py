@@ -274,10 +274,12 @@ def params_of(name, heads, q_len=LENGTH, kv_len=LENGTH):
     keys = jax.random.split(jax.random.PRNGKey(23), len(shapes))
     extra["params"] = {n: 0.5 * jax.random.normal(key, shapes[n]) for key, n in zip(keys, sorted(shapes))}
   if variant.captures:
-    draw = lambda seed, length: {n: jax.random.normal(jax.random.fold_in(jax.random.PRNGKey(seed), i),
-                                                      (BATCH, length, heads))
-                                 for i, n in enumerate(sorted(variant.captures))}
-    extra["captures"] = {"q": draw(24, q_len), "kv": draw(25, kv_len)}
+    # One value per head; a capture read at the queries only (an output gate) one per head and value feature.
+    draw = lambda seed, length, side: {
+        n: jax.random.normal(jax.random.fold_in(jax.random.PRNGKey(seed), i),
+                             (BATCH, length, heads) + (DIM,) * variant.captures[n].queries_only)
+        for i, n in enumerate(sorted(variant.captures)) if side == "q" or not variant.captures[n].queries_only}
+    extra["captures"] = {"q": draw(24, q_len, "q"), "kv": draw(25, kv_len, "kv")}
   return extra
 
 

@@ -279,6 +279,8 @@ def test_a_registration_the_engine_cannot_read_is_refused_naming_the_fix(scratch
     flex.register("clash", score_mod=sized_score, mask_mod=sized_mask)
   with pytest.raises(ValueError, match="names an option 'window', a name the variant signature uses; rename it"):
     flex.register("reserved", mask_mod=named_window)
+  with pytest.raises(ValueError, match="flex variant 'gate': its mods read each capture at the queries and at the"):
+    flex.register("gate", score_mod=forget, captures={"c": attention.Capture(lambda x, p: x, queries_only=True)})
   variant = flex.register("captured", score_mod=forget, captures={"c": attention.Capture(lambda x, params: x[..., 0])})
   q, k, v = matrix.random_qkv(0)
   with pytest.raises(ValueError, match=r"attention variant 'captured': capture 'c' at the kv side must be float "

@@ -128,7 +128,8 @@ def test_report_card_grades_a_flex_plugin(tmp_path, repo_root, monkeypatch, scra
   short = {"train.steps": 20, "train.eval_every": 20, "train.log_every": 10, "train.checkpoint_every": 20,
            "data.eval_batch_size": 40}
   parts = [dataclasses.replace(full.part("mqar_64x4"), overrides={**full.part("mqar_64x4").overrides, **short}),
-           dataclasses.replace(full.part("train_step"), overrides={"data.max_length": 32, "data.batch_size": 8}),
+           dataclasses.replace(full.part("train_step"), overrides={"data.max_length": 32, "data.batch_size": 8,
+                                                                   "model.num_decoder_layers": 1}),
            full.part("decode_step")]
   suite = suite_lib.Suite(tuple(parts), tuple(m for m in full.metrics if m.part in {p.name for p in parts}))
   card = rc.grade({"imports": PLUGINS[name], "model.attention": name}, tmp_path / "card", suite=suite,

@@ -290,6 +290,8 @@ def test_tpu_vm_commands_golden(repo_root, monkeypatch):
 
 
 def test_example_sweeps_expand(repo_root, monkeypatch):
+  import jax
+
   from jformer import attention, config as config_lib
 
   monkeypatch.chdir(repo_root)
@@ -297,8 +299,11 @@ def test_example_sweeps_expand(repo_root, monkeypatch):
                   "model.d_ff": 1024, "model.qk_norm": False, "model.use_bias": True, "optimizer.warmup_steps": 600,
                   "optimizer.grad_clip_norm": 0.0, "train.keep_best": "none"}  # the demo before demo_slow_machine.
   variants = sweep.load("configs/sweeps/attention_variants.py")
-  usable = [name for name in attention.available() if "decode" in attention.get(name).supports]
-  assert [p.overrides["model.attention"] for p in variants.points] == usable and "splash" not in usable
+  encoder_call = [jax.ShapeDtypeStruct((1, 8, 1, 8), "float32")] * 3
+  usable = [name for name in attention.available()
+            if "decode" in attention.get(name).supports and attention.get(name).refusal(*encoder_call) is None]
+  assert [p.overrides["model.attention"] for p in variants.points] == usable
+  assert "splash" not in usable and "stick_breaking" not in usable  # a kernel; causal only (no encoder)
   assert variants.points[0].name == f"attention={usable[0]}"
   assert all(p.steps == 100 for p in variants.points) and variants.fixed["train.bleu_examples"] == 100
   # Each variant with the registry's runnable options; the sweep's own choice of a local window on top.

@@ -180,8 +180,8 @@ def test_the_cached_dot_product_card_is_complete():
 
 @pytest.mark.integration
 def test_report_card_grades_the_plugin_variant(tmp_path, repo_root, monkeypatch):
-  """The plug-in variant graded on a shortened suite (MQAR and induction for 20 steps, the train step at 8 x 32
-  tokens), against a baseline card on another CPU: every metric has a figure, the files are written, the note
+  """The plug-in variant graded on a shortened suite (MQAR and induction for 20 steps, the train step of a 1-layer LM at
+  8 x 32 tokens), against a baseline card on another CPU: every metric has a figure, the files are written, the note
   says the times do not compare, and a second grading reuses the finished runs with their recorded seconds."""
   monkeypatch.chdir(repo_root)
   full = rc.default_suite()
@@ -189,7 +189,8 @@ def test_report_card_grades_the_plugin_variant(tmp_path, repo_root, monkeypatch)
            "data.eval_batch_size": 40}  # rows divisible by the tests' 8 devices
   parts = [dataclasses.replace(full.part("mqar_64x4"), overrides={**full.part("mqar_64x4").overrides, **short}),
            dataclasses.replace(full.part("induction"), overrides=short),
-           dataclasses.replace(full.part("train_step"), overrides={"data.max_length": 32, "data.batch_size": 8}),
+           dataclasses.replace(full.part("train_step"), overrides={"data.max_length": 32, "data.batch_size": 8,
+                                                                   "model.num_decoder_layers": 1}),
            full.part("decode_step")]
   suite = suite_lib.Suite(tuple(parts), tuple(m for m in full.metrics if m.part in {p.name for p in parts}))
   lines = []
@@ -213,6 +214,8 @@ def test_report_card_grades_the_plugin_variant(tmp_path, repo_root, monkeypatch)
   assert json.loads(open(paths["report_card.json"]).read())["values"] == card["values"]
   assert open(paths["report_card.png"], "rb").read(8) == b"\x89PNG\r\n\x1a\n"
 
-  again = rc.grade(PLUGIN, tmp_path / "card", suite=suite, say=lambda line: None)
+  trained = suite_lib.Suite(tuple(p for p in parts if p.kind == "train"),
+                           tuple(m for m in suite.metrics if m.part in {"mqar_64x4", "induction"}))
+  again = rc.grade(PLUGIN, tmp_path / "card", suite=trained, say=lambda line: None)  # the measurements run anew.
   assert again["values"]["mqar_64x4_accuracy"] == card["values"]["mqar_64x4_accuracy"]
   assert again["seconds"]["mqar_64x4"] == pytest.approx(card["seconds"]["mqar_64x4"], abs=0.1)

@@ -4,9 +4,10 @@ fixed recipe), 100 steps each.
     python -m launch --sweep=configs/sweeps/attention_variants.py          # here, one point after another
     python -m launch.report --sweep=configs/sweeps/attention_variants.py   # runs/attention_variants/report.md
 
-The variant list is read from the registry when the sweep is expanded (the variants a model can use: those that
-run decode steps), so a new variant joins by itself, with the options `AttentionVariant.runnable_options` gives it (a required option gets its `example_options` value). The runs
-are short (a vocabulary trained on 30k sentences, 100 steps of 16 rows, one eval, greedy BLEU on 100 test
+The variant list is read from the registry when the sweep is expanded (the variants this translation model can use:
+those that run decode steps and take its encoder's calls, which are not causal), so a new variant joins by itself,
+with the options `AttentionVariant.runnable_options` gives it (a required option gets its `example_options` value).
+The runs are short (a vocabulary trained on 30k sentences, 100 steps of 16 rows, one eval, greedy BLEU on 100 test
 sentences) to take about two minutes per point on 2 CPU cores, about half of it preparing the point's data: a
 smoke test and a speed comparison of the variants (tokens/s), not a quality one.
 """
@@ -29,12 +30,17 @@ LOCAL_WINDOW = 16
 
 
 def get_sweep():
+  import jax
+
   from jformer import attention
 
+  encoder_call = [jax.ShapeDtypeStruct((1, 8, 1, 8), "float32")] * 3  # query, key, value without causal masking
   points = []
   for name in attention.available():
     if "decode" not in attention.get(name).supports:  # library kernels (cudnn, splash, pallas_gpu): `auto` runs
       continue  # them where they can express the call; as `model.attention` the model refuses them.
+    if attention.get(name).refusal(*encoder_call):  # causal only (stick_breaking): an LM's variant.
+      continue
     chosen = {"window_size": LOCAL_WINDOW} if name == "local" else {}
     # The registry's rule: defaults, the example value of any required option, this sweep's choice on top.
     options = attention.get(name).runnable_options(chosen)

@@ -776,6 +776,26 @@ def interop_memory_section(path: str, data: dict) -> str:
                            "export s"], rows, "lrrrrr"), verdict)
 
 
+GATED_DELTANET_INTRO = """\
+`benchmarks/gated_deltanet.py`: Gated DeltaNet's (`gated_deltanet`, [docs/attention.md](../attention.md)) two forms
+of one recurrence, each in one jitted step that computes a causal self-attention call and its gradients, on CPU:
+the chunked training form (a triangular solve per chunk of C tokens, a `lax.scan` over the chunks) for each C, and
+the recurrence one token at a time (a `lax.scan` over the tokens: the decode step from an empty state). `x
+recurrence time`: the step's median over the recurrence's; `max |out - recurrence out|`: the largest difference of
+the form's float32 output from the recurrence's; `compile s`: measured once.
+"""
+
+
+def gated_deltanet_section(path: str, data: dict) -> str:
+  setup = (f"{data['length']:,} tokens, batch {data['batch']}, {data['heads']} heads, head_dim {data['head_dim']}, "
+           "causal, float32.")
+  recurrence = next(r for r in data["rows"] if r["form"].startswith("recurrence"))["ms"]["median"]
+  rows = [[r["form"], timing(r["ms"], 2), f"{r['ms']['median'] / recurrence:.3f}", fixed(r["compile_s"], 2),
+           f"{r['max_difference']:.1e}", disturbed(r["ms"])] for r in data["rows"]]
+  return paragraphs(provenance(path, data), setup, table(
+      ["form", "fwd+bwd ms median (min-max)", "x recurrence time", "compile s", "max \\|out - recurrence out\\|",
+       "disturbed reps"], rows, "lrrrrr"))
+
 @dataclasses.dataclass(frozen=True)
 class Page:
   file: str
@@ -835,6 +855,9 @@ PAGES = (
          COMPILE_FLAGS_INTRO, compile_flags_section),
     Page("compile.md", "Scanned layers: compile and step time", "compile", "train step compile seconds and step "
          "ms at 6, 12 and 24 layers, looped against scanned", COMPILE_INTRO, compile_section),
+    Page("gated_deltanet.md", "Gated DeltaNet: the chunked form against the recurrence", "gated_deltanet",
+         "forward+backward ms of Gated DeltaNet's chunked training form per chunk size against its token-by-token "
+         "recurrence at 2,048 tokens (CPU)", GATED_DELTANET_INTRO, gated_deltanet_section),
 )
 
 

@@ -10,9 +10,12 @@ the earlier ones. Three kinds, each a declaration `MultiHeadAttention` reads (`j
   (`with_new_keys`) and keeps the last W of them: memory O(W) whatever the length.
 - `recurrent(init, step)`: a state of fixed size that the variant updates itself: `init(batch, heads, head_dim,
   value_dim) -> state` (a dict of float32 arrays with a leading batch axis) and `step(state, query, key, value,
-  **options) -> (out, state)` for T new tokens (query `[B, T, H, D]`, key `[B, T, H, D]` with the key/value heads
-  repeated to H, value `[B, T, H, Dv]`), causal among them and after every earlier token (linear attention: the
-  sums over j of phi(k_j) v_j^T and phi(k_j)): memory and time per token O(1) in the length.
+  [params=..., captures=...,] **options) -> (out, state)` for T new tokens (query `[B, T, H, D]`, key `[B, T, H, D]`
+  with the key/value heads repeated to H, value `[B, T, H, Dv]`), causal among them and after every earlier token
+  (linear attention: the sums over j of phi(k_j) v_j^T and phi(k_j); Gated DeltaNet: its state matrix): memory and
+  time per token O(1) in the length. A variant that declares parameters or captures gets them as the variant
+  function does: `params={name: array}`, `captures={"q": {...}, "kv": {...}}` of the T new tokens (both sides the
+  same: `jformer.models.captures`); one that declares neither gets neither.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ def window(option: str) -> DecodeState:
 
 def recurrent(init: Callable, step: Callable) -> DecodeState:
   """Keep the variant's own fixed-size state: `init(batch, heads, head_dim, value_dim)`, `step(state, q, k, v,
-  **options) -> (out, state)` (module doc)."""
+  [params=..., captures=...,] **options) -> (out, state)` (module doc)."""
   return DecodeState("recurrent", init=init, step=step)
 
 

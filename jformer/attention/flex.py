@@ -149,6 +149,9 @@ def register(name: str, *, score_mod: Callable | Score | None = None, mask_mod: 
   mask = Mask() if mask_mod is None else _as_mask(mask_mod)
   if score is None and mask == Mask():
     raise ValueError(f"flex variant '{name}' needs a score_mod or a mask_mod")
+  if any(c.queries_only for c in (captures or {}).values()):
+    raise ValueError(f"flex variant '{name}': its mods read each capture at the queries and at the keys, so none may "
+                     "be queries_only (that is for a variant's own function: an output gate)")
   spec = _Spec(name, score, mask)
   for fn, arity in spec.functions():
     _check_positional(name, fn, arity)

@@ -79,15 +79,17 @@ def window(module: nn.Module, key_BxTxGxK, value_BxTxGxK, positions_BxT, size: i
 
 
 def recurrent(module: nn.Module, state: decode_state_lib.DecodeState, query_BxTxHxK, key_BxTxGxK, value_BxTxGxK,
-              options: dict) -> jax.Array:
+              options: dict, arguments: dict) -> jax.Array:
   """A recurrent decode state (`jformer.attention.decode_state.recurrent`): the variant's `step` on the T new
-  tokens (key/value heads repeated to H) after its kept state, which it updates: memory O(1) in the length.
-  Returns its output `[B, T, H, K]`."""
+  tokens (key/value heads repeated to H) after its kept state, which it updates: memory O(1) in the length. The
+  step also gets the variant's declared `params` and its `captures` of the new tokens, from `arguments` (the call's
+  keyword arguments, `MultiHeadAttention._arguments`), where it declares them. Returns its output `[B, T, H, K]`."""
   batch, _, heads, head_dim = query_BxTxHxK.shape
   initialized = module.has_variable("cache", "state")
   kept = module.variable("cache", "state", state.init, batch, heads, head_dim, value_BxTxGxK.shape[-1])
   key_BxTxHxK, value_BxTxHxK = (repeat_kv(x, heads) for x in (key_BxTxGxK, value_BxTxGxK))
-  out_BxTxHxK, updated = state.step(kept.value, query_BxTxHxK, key_BxTxHxK, value_BxTxHxK, **options)
+  declared = {name: arguments[name] for name in ("params", "captures") if name in arguments}
+  out_BxTxHxK, updated = state.step(kept.value, query_BxTxHxK, key_BxTxHxK, value_BxTxHxK, **declared, **options)
   if initialized:  # the call that creates the state (`init`) only shapes it.
     kept.value = updated
   return out_BxTxHxK

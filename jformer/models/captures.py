@@ -18,13 +18,14 @@ from jformer.attention.decode_state import DecodeState
 
 def compute(module: nn.Module, variant: AttentionVariant, options: dict, masking: dict, inputs_q_BxTxD: jax.Array,
             inputs_kv_BxSxD: jax.Array | None, *, decode: bool, state: DecodeState | None) -> dict:
-  """The variant's `captures=`: {"q": {name: `[B, T, ...]`}, "kv": {name: `[B, S, ...]`}}.
+  """The variant's `captures=`: {"q": {name: `[B, T, ...]`}, "kv": {name: `[B, S, ...]`}} (a capture read at the
+  queries only, `Capture.queries_only`, at the queries alone).
 
   Queries take the capture of their own input; keys that of theirs (the encoder output in encoder-decoder
   attention), or, in self-attention while decoding (`state`: the variant's decode state), what the cache holds of
-  every slot the keys come from. A cumulative capture restarts at each example of a packed row (`masking`: the
-  call's, with its segment ids, positions and `params`) and continues from the running sum of the earlier decode
-  steps.
+  every slot the keys come from (a recurrent state's step reads the new tokens only: theirs). A cumulative capture
+  restarts at each example of a packed row (`masking`: the call's, with its segment ids, positions and `params`)
+  and continues from the running sum of the earlier decode steps.
   """
   params, captured = masking.get("params"), {"q": {}, "kv": {}}
   for name, capture in sorted(variant.captures.items()):
@@ -33,9 +34,11 @@ def compute(module: nn.Module, variant: AttentionVariant, options: dict, masking
     else:
       at_queries = capture.values(inputs_q_BxTxD, params, masking["q_segment_ids"])
     captured["q"][name] = at_queries
+    if capture.queries_only:  # nothing at the keys, nothing cached.
+      continue
     if inputs_kv_BxSxD is not None:
       captured["kv"][name] = capture.values(inputs_kv_BxSxD, params, masking["kv_segment_ids"])
-    elif state is None:
+    elif state is None or state.kind == "recurrent":  # a recurrent state keeps what it needs of the keys itself.
       captured["kv"][name] = at_queries
     elif state.kind == "window":
       captured["kv"][name] = _window_cache(module, name, at_queries, state.window_size(options, variant.options))

@@ -223,7 +223,8 @@ class MultiHeadAttention(nn.Module):
     out = Dense((cfg.num_heads, cfg.head_width), (cfg.d_model,), (axes.HEADS, axes.HEAD_DIM, axes.EMBED),
                 cfg.compute_dtype, cfg.use_bias, name="out")
     if state is not None and state.kind == "recurrent":  # the variant's own state replaces keys and values.
-      return out(attention_cache.recurrent(self, state, *heads, dict(cfg.attention_options)))
+      return out(attention_cache.recurrent(self, state, *heads, dict(cfg.attention_options), self._arguments(
+          tokens, inputs_q_BxTxD, None, decode=decode, state=state)))
     heads, tokens = self._decode_cache(state, heads, tokens)
     arguments = self._arguments(tokens, inputs_q_BxTxD, inputs_kv_BxSxD, decode=decode, state=state)
     out_BxTxHxK = self._attend(heads, arguments, deterministic)

@@ -64,16 +64,36 @@ def dot_product_attention(
 def dot_product_weights(query: jax.Array, key: jax.Array, *, mask: jax.Array | None = None,
                         bias: jax.Array | None = None, scale: float | None = None, softcap: float = 0.0,
                         score_mod: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
-  """The attention weights softmax(mod(cap(Q K^T * scale)) + bias) over the keys the mask allows (paper eq. 1; cap
-  is the soft-cap, the identity when `softcap` is 0; mod is `score_mod`, the identity when None).
+  """The attention weights softmax(mod(cap(Q K^T * scale)) + bias) over the keys the mask allows (paper eq. 1; the
+  logits are `dot_product_logits`').
 
   Args:
     query `[B, T, H, D]`, key `[B, S, K, D]` (H % K == 0); mask, bias, scale, softcap: as in
-    `dot_product_attention`. score_mod: `[B, H, T, S]` float32 logits -> logits broadcastable to them (a flex
-    variant's, `jformer.attention.flex`).
+    `dot_product_attention`; score_mod: as in `dot_product_logits`.
 
   Returns:
     `[B, H, T, S]` float32; a query whose keys are all masked gets uniform weights.
+  """
+  logits_BxHxTxS = dot_product_logits(query, key, bias=bias, scale=scale, softcap=softcap, score_mod=score_mod)
+  if mask is not None:
+    logits_BxHxTxS = jnp.where(mask, logits_BxHxTxS, jnp.finfo(jnp.float32).min)
+  return jax.nn.softmax(logits_BxHxTxS, axis=-1)
+
+
+def dot_product_logits(query: jax.Array, key: jax.Array, *, bias: jax.Array | None = None,
+                       scale: float | None = None, softcap: float = 0.0,
+                       score_mod: Callable[[jax.Array], jax.Array] | None = None) -> jax.Array:
+  """The attention logits mod(cap(Q K^T * scale)) + bias, unmasked (cap is the soft-cap, the identity when `softcap`
+  is 0; mod is `score_mod`, the identity when None): softmax attention's before the softmax, sigmoid attention's
+  before the sigmoid, stick-breaking's before its log-sigmoid.
+
+  Args:
+    query `[B, T, H, D]`, key `[B, S, K, D]` (H % K == 0); bias, scale, softcap: as in `dot_product_attention`.
+    score_mod: `[B, H, T, S]` float32 logits -> logits broadcastable to them (a flex variant's,
+    `jformer.attention.flex`).
+
+  Returns:
+    `[B, H, T, S]` float32.
   """
   if scale is None:
     scale = query.shape[-1] ** -0.5
@@ -84,9 +104,7 @@ def dot_product_weights(query: jax.Array, key: jax.Array, *, mask: jax.Array | N
     logits_BxHxTxS = jnp.broadcast_to(score_mod(logits_BxHxTxS), logits_BxHxTxS.shape).astype(jnp.float32)
   if bias is not None:
     logits_BxHxTxS = logits_BxHxTxS + bias.astype(jnp.float32)
-  if mask is not None:
-    logits_BxHxTxS = jnp.where(mask, logits_BxHxTxS, jnp.finfo(jnp.float32).min)
-  return jax.nn.softmax(logits_BxHxTxS, axis=-1)
+  return logits_BxHxTxS
 
 
 def repeat_kv(x_BxSxKxD: jax.Array, num_heads: int) -> jax.Array:

@@ -22,7 +22,8 @@ full = suite_lib.default_suite()
 short = {"train.steps": 20, "train.eval_every": 20, "train.log_every": 5, "train.checkpoint_every": 5,
          "data.eval_batch_size": 40}
 parts = (dataclasses.replace(full.part("mqar_64x4"), overrides={**full.part("mqar_64x4").overrides, **short}),
-         dataclasses.replace(full.part("train_step"), overrides={"data.max_length": 32, "data.batch_size": 8}))
+         dataclasses.replace(full.part("train_step"), overrides={"data.max_length": 32, "data.batch_size": 8,
+                                                                 "model.num_decoder_layers": 1}))
 tiny = suite_lib.Suite(parts, tuple(m for m in full.metrics if m.part in {p.name for p in parts}))
 card.default_suite = lambda: tiny
 sys.argv[0] = "jformer"
