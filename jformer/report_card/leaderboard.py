@@ -19,6 +19,7 @@ import pathlib
 import time
 from typing import Any, Callable
 
+from jformer import attention
 from jformer import config as config_lib
 from jformer.report_card.card import comparison, samples_of
 from jformer.report_card.suite import REPO, ROWS, SUITE_VERSION, default_suite
@@ -31,12 +32,25 @@ def _pattern(config_file: str) -> dict[str, Any]:
   return {"model.layer_kinds": model.layer_kinds.to_dict(), "model.layer_pattern": tuple(model.layer_pattern)}
 
 
+# Variants that compute dot_product's attention another way: not rows of their own (the library kernels, which
+# declare their platforms, are not rows either).
+SAME_AS_DOT_PRODUCT = ("auto", "xla")
+
+
+def built_in_variants() -> list[str]:
+  """The attention variants registered by jformer itself (not by a plug-in file), dot_product first, that compute
+  their own attention (`SAME_AS_DOT_PRODUCT` and the platform kernels left out)."""
+  package = REPO / "jformer"
+  built_in = lambda name: package in pathlib.Path(attention.REGISTRY.origin(name).rsplit(":", 1)[0]).resolve().parents
+  names = [name for name in attention.available() if built_in(name) and name not in SAME_AS_DOT_PRODUCT
+           and attention.get(name).platforms is None]
+  return sorted(names, key=lambda name: (name != "dot_product", name))
+
+
 def board() -> dict[str, dict[str, Any]]:
-  """{row name: the variant's overrides}: every built-in attention variant that trains (the kernels compute
-  dot_product and are not rows), the flex plug-ins of tests/plugins/ (FoX, learned ALiBi as a score_mod), and the
-  shipped layer patterns."""
-  rows = {name: {"model.attention": name} for name in (
-      "dot_product", "chunked", "local", "linear", "additive", "general", "cosine", "dot_product_unscaled", "hedgehog")}
+  """{row name: the variant's overrides}: every built-in attention variant that computes its own attention, the
+  flex plug-ins of tests/plugins/ (FoX, learned ALiBi as a score_mod), and the shipped layer patterns."""
+  rows = {name: {"model.attention": name} for name in built_in_variants()}
   for plugin in ("forgetting_transformer", "learned_alibi"):
     rows[plugin] = {"imports": f"{PLUGINS}/{plugin}.py", "model.attention": plugin}
   rows["hybrid"] = _pattern("lm_hybrid.py")
