@@ -1,4 +1,5 @@
-"""jformer/report_card/leaderboard.py: the board's rows, one JSON each written as it is graded, finished rows skipped."""
+"""jformer/report_card/leaderboard.py: the board's rows, one JSON each written as it is graded, finished rows
+skipped."""
 
 import json
 
@@ -63,4 +64,5 @@ def test_a_saved_row_compares_each_metric_beyond_the_seeds_spread(tmp_path, monk
   saved = json.loads(leaderboard.save("v", card, base).read_text())
   assert saved["comparison"]["mqar_64x4_accuracy"] == "-0.488 (worse)"
   close = {**card, "samples": {"mqar_64x4_accuracy": [0.4, 0.99]}}
-  assert "(within noise)" in json.loads(leaderboard.save("v", close, base).read_text())["comparison"]["mqar_64x4_accuracy"]
+  saved = json.loads(leaderboard.save("v", close, base).read_text())
+  assert "(within noise)" in saved["comparison"]["mqar_64x4_accuracy"]

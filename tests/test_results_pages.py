@@ -189,7 +189,8 @@ def test_the_board_page_shows_the_graded_rows_and_names_the_missing_ones(tmp_pat
   machine = {"cpu": "CPU X", "cpus": 2, "cpu_flags": "avx", "date": "2026-12-07T20:00:00", "commit": "abc1234"}
   linear = {"variant": "linear", "suite_version": 7, "seeds": 2, "total_seconds": 600.0, "wall_seconds": 660.0,
             "values": {"acc": 0.5, "ms": 30.0}, "samples": {"acc": [0.4, 0.6], "ms": [30.0]}, "machine": machine,
-            "command": "jformer report-card --leaderboard", "comparison": {"acc": "-0.480 (worse)", "ms": "2.00x (worse)"},
+            "command": "jformer report-card --leaderboard",
+            "comparison": {"acc": "-0.480 (worse)", "ms": "2.00x (worse)"},
             "baseline": {"variant": "dot_product", "values": {"acc": 0.98, "ms": 15.0}}}
   (folder / "linear.json").write_text(json.dumps(linear))
   (folder / "old.json").write_text(json.dumps({**linear, "suite_version": 6}))  # another suite: not a row here

@@ -918,12 +918,13 @@ def render_support(support: dict) -> str:
 
 
 BOARD_INTRO = """\
-`jformer report-card --leaderboard` grades every row of the board on the report card's suite (jformer/report_card/suite.py),
-one row per command, each written to `{board}/<row>.json` the moment it finishes; a rerun grades only the rows not
-yet graded at the current suite version. Learning figures (answer accuracy on the test split of each synthetic
-task, a small LM's test bits per byte on the LM demo's text) are at a fixed number of steps, the mean over the row's seeds with their
-range; time and memory are ratios to dot_product measured in the same command on the same machine. So rows graded
-on different machines compare: the machine changes how long a row takes, not its figures. A difference is called
+`jformer report-card --leaderboard` grades every row of the board on the report card's suite
+(jformer/report_card/suite.py), each row written to `{board}/<row>.json` the moment it finishes; a rerun grades only
+the rows not yet graded at the current suite version. Learning figures (answer accuracy on the test split of each
+synthetic task, a small LM's test bits per byte on the LM demo's text) are at a fixed number of steps, the mean over
+the row's seeds with their range; time and memory are ratios to dot_product measured in the same command on the same
+machine. So rows graded on different machines compare: a faster machine shortens a row, not how far it trains
+(floating-point rounding differs between CPUs, a difference of the kind another seed makes). A difference is called
 better or worse only where the seeds' ranges (or the timed repetitions') do not overlap; otherwise "within noise".
 """
 

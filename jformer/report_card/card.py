@@ -241,7 +241,8 @@ def markdown(card: dict, baseline: dict | None, suite: Suite) -> str:
            f"{TIMED_STEPS} steps (jformer/report_card/suite.py).", "", "![report card](report_card.png)", "",
            "Measured:", "", f"- {_provenance_line(card)}"]
   if baseline and "sources" in baseline:
-    lines += [f"- `{baseline['variant']}`'s {kind}: {'cached' if source['how'] == 'cached' else 'measured in this command'}"
+    how = lambda source: "cached" if source["how"] == "cached" else "measured in this command"
+    lines += [f"- `{baseline['variant']}`'s {kind}: {how(source)}"
               f", {source['date']}, commit {source['commit']}, {source['machine']}; `{source['command']}`"
               for kind, source in baseline["sources"].items()]
   elif baseline:
