@@ -211,9 +211,16 @@ def _report_card_arguments(parser):
   parser.add_argument("--workdir", default=None,
                       help="folder of the card's runs and files (default: runs/report_card/<variant>); finished "
                       "runs there are reused")
+  parser.add_argument("--seeds", type=int, default=2,
+                      help="seeds per training part (train.seed 0..N-1): the card shows their mean, and calls a "
+                      "difference better or worse only beyond their spread")
+  parser.add_argument("--leaderboard", action="store_true",
+                      help="grade every row of the board not yet graded at this suite version (each written to "
+                      "docs/results/report_cards/<row>.json as it finishes); with a variant, then print its row "
+                      "ranked among the board's")
   parser.add_argument("--remeasure", action="store_true",
                       help="also grade dot_product here (in the workdir's sibling dot_product/) and cache its card "
-                      "in jformer/report_card/rows/ with this machine, date and commit")
+                      "in docs/results/report_cards/ with this machine, date and commit")
 
 
 @command("report-card", "grade an attention variant (--config.model.attention=..., --config.imports=my_file.py) on "
@@ -230,28 +237,58 @@ def report_card(args, overrides):
 
 
 def _grade_and_write(args, overrides):
-  """`jformer report-card`'s work: grades the variant (and, with --remeasure, the baseline), writes the card."""
+  """`jformer report-card`'s work: grades the variant beside the baseline and writes the card; with --leaderboard,
+  first the board's rows not yet graded (each saved as it finishes), then the variant's row ranked among them."""
   from etils import epath
 
   from jformer import report_card as rc
+  from jformer.report_card import leaderboard
+  from jformer.train.progress import format_duration
 
+  start = time.perf_counter()
+  if args.leaderboard:
+    root = epath.Path(args.workdir or "runs/report_card")
+    leaderboard.build(lambda row: _graded_beside_baseline(rc, row, root / rc.variant_name(row), args))
+    if not overrides:
+      print(leaderboard.ranking())
+      return
   overrides = overrides or dict(rc.BASELINE)
   rc.check_variant(overrides)
   name = rc.variant_name(overrides)
   workdir = epath.Path(args.workdir or f"runs/report_card/{name}")
-  baseline_name = rc.variant_name(rc.BASELINE)
-  baseline = rc.cached_row(baseline_name)
+  if args.leaderboard:
+    workdir = epath.Path(args.workdir or "runs/report_card") / name
+  card, baseline = _graded_beside_baseline(rc, overrides, workdir, args)
+  paths = rc.write(card, None if card is baseline else baseline, workdir)
+  print("\n".join(line for line in open(paths["report_card.md"]).read().splitlines() if not line.startswith("![")))
+  print("written: " + ", ".join(paths.values()))
+  print(f"report card {name}: {format_duration(time.perf_counter() - start)} of wall time, {card['seeds']} seeds")
+  if args.leaderboard:
+    print(leaderboard.ranking(card))
+
+
+def _graded_beside_baseline(rc, overrides, workdir, args):
+  """(the variant's card, the baseline's column): the baseline's cached card at this suite version for its learning
+  figures, with its time and memory measured here; graded here in full (and cached) with --remeasure or when no card
+  of this version is cached."""
+  name, baseline_name = rc.variant_name(overrides), rc.variant_name(rc.BASELINE)
+  baseline = rc.cached_row(baseline_name)  # at this suite version, else None.
   expected = baseline["seconds"] if baseline else None
   command = shlex.join(["jformer", "report-card", *sys.argv[2:]])
-  if args.remeasure:  # the baseline graded here first (the variant's own workdir when it is the baseline).
+  graded_here = args.remeasure or baseline is None
+  if graded_here:  # the baseline graded here first (in the variant's own workdir when it is the baseline).
+    if baseline is None and not args.remeasure:
+      print(f"no {baseline_name} card is cached at suite version {rc.SUITE_VERSION}: grading it here first")
     baseline = rc.grade(rc.BASELINE, workdir if name == baseline_name else workdir.parent / baseline_name,
-                        expected=expected, command=command)
+                        seeds=args.seeds, expected=expected, command=command)
     print(f"cached {rc.save_row(baseline)}")
-  card = (baseline if args.remeasure and name == baseline_name else
-          rc.grade(overrides, workdir, expected=expected, command=command))
-  paths = rc.write(card, None if card is baseline else baseline, workdir)
-  print(open(paths["report_card.md"]).read().split("\n\n![")[0])
-  print("written: " + ", ".join(paths.values()))
+  else:  # its time and memory measured here, beside the variant's; its learning figures cached.
+    suite = rc.default_suite()
+    here = rc.grade(rc.BASELINE, workdir.parent / baseline_name, suite=suite.measurements(), command=command)
+    baseline = rc.beside(baseline, here, suite)
+  card = (baseline if graded_here and name == baseline_name else
+          rc.grade(overrides, workdir, seeds=args.seeds, expected=expected, command=command))
+  return card, baseline
 
 
 report_card.add_arguments = _report_card_arguments

@@ -14,18 +14,19 @@ from jformer import config as config_lib
 from jformer import main
 from jformer import report_card as rc
 from jformer.report_card import card as card_lib
+from jformer.report_card import leaderboard
 from jformer.report_card import suite as suite_lib
 
 PLUGIN = {"imports": "tests/plugins/learned_temperature.py", "model.attention": "learned_temperature"}
 
 
-def test_suite_holds_the_mqar_grid_points_and_every_part_loads(repo_root):
-  """The MQAR parts are configs/sweeps/mqar.py's GRID points (its grid_point overrides) at configs/mqar.py's width
+def test_suite_holds_the_first_mqar_grid_point_and_every_part_loads(repo_root):
+  """The MQAR part is configs/sweeps/mqar.py's first GRID point (its grid_point overrides) at configs/mqar.py's width
   and rate; every part's config loads with the baseline's overrides; every metric reads an existing part."""
   suite = rc.default_suite()
   grid = runpy.run_path(str(repo_root / "configs" / "sweeps" / "mqar.py"))
   mqar = [part for part in suite.parts if part.name.startswith("mqar_")]
-  assert [part.overrides for part in mqar] == [grid["grid_point"](*point) for point in grid["GRID"]]
+  assert [part.overrides for part in mqar] == [grid["grid_point"](*grid["GRID"][0])]
   for part in suite.parts:
     config = config_lib.load(repo_root / part.config, {**part.overrides, **rc.BASELINE})
     assert config.model.attention == "dot_product"
@@ -35,7 +36,40 @@ def test_suite_holds_the_mqar_grid_points_and_every_part_loads(repo_root):
       assert config.model.d_model == 64 and config.optimizer.learning_rate_scale == 0.25
   names = {part.name for part in suite.parts}
   assert {metric.part for metric in suite.metrics} == names
-  assert len({metric.name for metric in suite.metrics}) == len(suite.metrics) == 11
+  assert len({metric.name for metric in suite.metrics}) == len(suite.metrics) == 10
+
+
+@pytest.mark.parametrize("overrides", [rc.BASELINE, leaderboard.board()["hybrid"]])
+def test_every_training_part_trains_a_fixed_number_of_steps_whatever_the_machine(repo_root, overrides):
+  """No training part has a time budget (which would train as many steps as fit the machine's speed): each trains
+  its config's train.steps, the LM part LM_STEPS, whatever the variant."""
+  for part in rc.default_suite().parts:
+    if part.kind == "train":
+      config = config_lib.load(repo_root / part.config, {**part.overrides, **overrides})
+      assert config.train.budget_minutes == 0 and config.train.steps > 0, part.name
+      assert part.name != "lm" or config.train.steps == suite_lib.LM_STEPS
+
+
+def test_a_cached_baselines_time_and_memory_are_never_shown_beside_this_machines(monkeypatch, tmp_path):
+  """The cached dot_product card (another CPU) lends only its learning figures: the card's time and memory column
+  is the baseline measured in this command, and the card names where each came from."""
+  suite = rc.default_suite()
+  cached = {"variant": "dot_product", "overrides": rc.BASELINE, "command": "jformer report-card --remeasure",
+            "values": {m.name: 1.0 for m in suite.metrics}, "total_seconds": 600.0,
+            "machine": {"cpu": "another CPU", "cpu_flags": "avx", "cpus": 2, "backend": "cpu", "jax": "0.10.2",
+                        "date": "2026-01-01", "commit": "abc"}}
+  here = {"variant": "dot_product", "command": "jformer report-card ...", "total_seconds": 20.0,
+          "values": {m.name: 2.0 for m in suite.measurements().metrics},
+          "machine": {"cpu": "this CPU", "cpu_flags": "avx", "cpus": 2, "backend": "cpu", "jax": "0.10.2",
+                      "date": "2026-12-07", "commit": "def"}}
+  baseline = rc.beside(cached, here, suite)
+  for metric in suite.metrics:
+    assert baseline["values"][metric.name] == (2.0 if metric.compare == "ratio" else 1.0), metric.name
+  text = card_lib.markdown({**here, "variant": "linear", "values": {m.name: 3.0 for m in suite.metrics}},
+                           baseline, suite)
+  assert "`dot_product`'s time and memory: measured in this command" in text and "this CPU" in text
+  assert "`dot_product`'s learning: cached, 2026-01-01, commit abc" in text and "another CPU" in text
+  assert "The baseline ran on another CPU" not in text
 
 
 def test_only_a_variants_keys_may_be_overridden():
@@ -88,10 +122,50 @@ def test_the_eta_after_a_reused_part_comes_from_the_parts_run_here(monkeypatch, 
   assert done[2].endswith("so far, about 0m00s left") and card["seconds"] == {"a": 999.0, "b": 67.0, "c": 200.0}
 
 
+def test_each_training_part_runs_every_seed_and_the_card_keeps_their_figures(monkeypatch, tmp_path):
+  """Two seeds: a training part runs once per seed (train.seed 0 and 1, in seed_0/ and seed_1/), a measurement once;
+  the card's value is the seeds' mean, `samples` keeps each, and the part's seconds are the seeds' sum."""
+  parts = (suite_lib.Part("t", "T", "train", "configs/mqar.py"), suite_lib.Part("m", "M", "train_step", "c.py"))
+  metrics = (suite_lib.Metric("t_accuracy", "t", "t", "test_accuracy", True, "difference", 3),
+             suite_lib.Metric("m_ms", "m", "m", "ms", False, "ratio", 0))
+  calls = []
+
+  def timed_part(part, overrides, workdir):
+    calls.append((part.name, overrides.get("train.seed"), workdir.relative_to(tmp_path).as_posix()))
+    seed = overrides.get("train.seed", 0)
+    return {"test_accuracy": 0.5 + 0.25 * seed, "ms": 10.0}, 3.0 + seed, False
+
+  monkeypatch.setattr(card_lib, "timed_part", timed_part)
+  monkeypatch.setattr(card_lib.provenance, "machine", lambda *a, **k: {})
+  card = card_lib.grade({"model.attention": "linear"}, tmp_path, suite=suite_lib.Suite(parts, metrics), seeds=2,
+                        say=lambda line: None)
+  assert calls == [("t", 0, "t/seed_0"), ("t", 1, "t/seed_1"), ("m", None, "m")]
+  assert card["samples"] == {"t_accuracy": [0.5, 0.75], "m_ms": [10.0]} and card["seeds"] == 2
+  assert card["values"] == {"t_accuracy": 0.625, "m_ms": 10.0} and card["seconds"] == {"t": 7.0, "m": 3.0}
+  baseline = {**card, "variant": "dot_product", "samples": {"t_accuracy": [0.70, 0.72], "m_ms": [5.0]},
+              "values": {"t_accuracy": 0.71, "m_ms": 5.0}}
+  table = card_lib.table(card, baseline, suite_lib.Suite(parts, metrics))
+  assert "| t | 0.625 | 0.710 | -0.085 (within noise) |" in table  # 0.75 of seed 1 beats both of the baseline's.
+  assert "| m | 10 | 5 | 2.00x (worse) |" in table
+  with pytest.raises(ValueError, match="at least one seed"):
+    card_lib.grade({}, tmp_path, suite=suite_lib.Suite(parts, metrics), seeds=0)
+
+
+def test_later_seeds_reuse_the_first_seeds_text_and_vocabulary(tmp_path):
+  """The LM part's second seed reads the first's prepared tfds data and SentencePiece model (neither depends on the
+  seed); a synthetic task's run, which trains no vocabulary, shares nothing (its data is generated per seed)."""
+  first = tmp_path / "lm" / "seed_0"
+  assert card_lib.shared_preparation(first) == {}
+  (first / "vocab").mkdir(parents=True)
+  (first / "vocab" / "spm_8000.model").write_text("")
+  assert card_lib.shared_preparation(first) == {"data.data_dir": str(first / "tfds"),
+                                                "data.vocab_path": str(first / "vocab" / "spm_8000.model")}
+
+
 def test_the_cached_dot_product_card_is_complete():
   """rows/dot_product.json: a number for every metric of the suite, and where, when and from what it was measured."""
   row = rc.cached_row("dot_product")
-  assert row is not None, "jformer/report_card/rows/dot_product.json is missing: run `jformer report-card --remeasure`"
+  assert row is not None, "docs/results/report_cards/dot_product.json is missing: run `jformer report-card --remeasure`"
   suite = rc.default_suite()
   assert set(row["values"]) == {metric.name for metric in suite.metrics}
   assert all(isinstance(v, float) and math.isfinite(v) for v in row["values"].values())

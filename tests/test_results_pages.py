@@ -5,6 +5,7 @@ and by what command it was measured. Standard library only (no JAX import): fast
 import datetime
 import importlib.util
 import json
+import shutil
 import pathlib
 import re
 import sys
@@ -159,6 +160,7 @@ def test_check_fails_on_an_unsupported_finding(tmp_path, monkeypatch, capsys):
   (results / "sweep_lm_blocks.json").write_text(json.dumps(data))
   (tmp_path / "docs" / "results").mkdir(parents=True)
   (tmp_path / "docs" / "results" / "support.json").write_text((PAGES / "support.json").read_text())
+  shutil.copytree(PAGES / "report_cards", tmp_path / "docs" / "results" / "report_cards")
   monkeypatch.setattr(generate, "REPO", tmp_path)
   assert generate.main(["--check"]) == 1
   out = capsys.readouterr().out
@@ -170,3 +172,31 @@ def test_a_reduced_run_says_so_in_its_pages_first_line():
   data = json.loads((REPO / "benchmarks" / "results" / "surgery.json").read_text())
   lines = generate.render_page(page, [("benchmarks/results/surgery.json", data)]).splitlines()
   assert lines[2] == "# " + page.title and lines[4].startswith("**Reduced run**: the teacher trained 150")
+
+
+def test_the_board_page_shows_the_graded_rows_and_names_the_missing_ones(tmp_path):
+  """report_cards.md from board.json and the rows that exist: a learning figure as its seeds' mean and range, a time as
+  the ratio to the dot_product column graded beside it, the verdicts, and the rows not graded yet."""
+  folder = tmp_path / "docs" / "results" / "report_cards"
+  folder.mkdir(parents=True)
+  metrics = [{"name": "acc", "label": "accuracy", "part": "p", "key": "a", "higher_is_better": True,
+              "compare": "difference", "digits": 3},
+             {"name": "ms", "label": "step ms", "part": "m", "key": "ms", "higher_is_better": False,
+              "compare": "ratio", "digits": 0}]
+  (folder / "board.json").write_text(json.dumps({"suite_version": 7, "metrics": metrics, "rows": {
+      "dot_product": {"model.attention": "dot_product"}, "linear": {"model.attention": "linear"},
+      "old": {"model.attention": "old"}}}))
+  machine = {"cpu": "CPU X", "cpus": 2, "cpu_flags": "avx", "date": "2026-12-07T20:00:00", "commit": "abc1234"}
+  linear = {"variant": "linear", "suite_version": 7, "seeds": 2, "total_seconds": 600.0, "wall_seconds": 660.0,
+            "values": {"acc": 0.5, "ms": 30.0}, "samples": {"acc": [0.4, 0.6], "ms": [30.0]}, "machine": machine,
+            "command": "jformer report-card --leaderboard",
+            "comparison": {"acc": "-0.480 (worse)", "ms": "2.00x (worse)"},
+            "baseline": {"variant": "dot_product", "values": {"acc": 0.98, "ms": 15.0}}}
+  (folder / "linear.json").write_text(json.dumps(linear))
+  (folder / "old.json").write_text(json.dumps({**linear, "suite_version": 6}))  # another suite: not a row here
+  page = generate.render_board(tmp_path)
+  assert "**A partial board**: 1 of 3 rows graded at suite version 7; not graded yet: dot_product, old." in page
+  assert "| `linear` | 0.500 (0.400-0.600) | 2.00x |" in page
+  assert "| `linear` | -0.480 (worse) | 2.00x (worse) |" in page
+  assert "- `linear`: 2 seeds, 11.0 min; 2026-12-07T20:00:00, commit `abc1234`, CPU X" in page
+  assert "(11 minutes for the 1 rows)" in page

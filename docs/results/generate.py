@@ -30,6 +30,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 RESULTS = "benchmarks/results"
 PAGES_DIR = "docs/results"
 SUPPORT = f"{PAGES_DIR}/support.json"
+BOARD = f"{PAGES_DIR}/report_cards"  # the leaderboard's rows (`jformer report-card --leaderboard`), board.json
 COMMAND = "python docs/results/generate.py"
 # The statuses a support-matrix cell may have, and what each means (the legend of support.md).
 STATUSES = {
@@ -916,11 +917,75 @@ def render_support(support: dict) -> str:
                     table(["feature"] + list(PLATFORMS), rows), "Notes:", notes_text) + "\n"
 
 
+BOARD_INTRO = """\
+`jformer report-card --leaderboard` grades every row of the board on the report card's suite
+(jformer/report_card/suite.py), each row written to `{board}/<row>.json` the moment it finishes; a rerun grades only
+the rows not yet graded at the current suite version. Learning figures (answer accuracy on the test split of each
+synthetic task, a small LM's test bits per byte on the LM demo's text) are at a fixed number of steps, the mean over
+the row's seeds with their range; time and memory are ratios to dot_product measured in the same command on the same
+machine. So rows graded on different machines compare: a faster machine shortens a row, not how far it trains
+(floating-point rounding differs between CPUs, a difference of the kind another seed makes). A difference is called
+better or worse only where the seeds' ranges (or the timed repetitions') do not overlap; otherwise "within noise".
+"""
+
+
+def _board_cell(metric: dict, card: dict, baseline: dict) -> str:
+  """A learning figure: 'mean (low-high)' over the seeds; a time or memory: the ratio to the baseline column."""
+  name, digits = metric["name"], metric["digits"]
+  samples = card.get("samples", {}).get(name) or [card["values"].get(name)]
+  if None in samples:
+    return "-"
+  if metric["compare"] == "ratio":
+    base = baseline["values"].get(name)
+    return "-" if not base else f"{card['values'][name] / base:.2f}x"
+  mean = sum(samples) / len(samples)
+  spread = f" ({min(samples):.{digits}f}-{max(samples):.{digits}f})" if len(samples) > 1 else ""
+  return f"{mean:.{digits}f}{spread}"
+
+
+def render_board(repo: pathlib.Path) -> str:
+  """report_cards.md: one table row per graded row of the board (board.json's order), the verdicts against
+  dot_product, where and how long each row was graded, and the rows still missing."""
+  folder = repo / BOARD
+  board = json.loads((folder / "board.json").read_text())
+  version, metrics = board["suite_version"], board["metrics"]
+  graded = {}
+  for name in board["rows"]:
+    path = folder / f"{name}.json"
+    card = json.loads(path.read_text()) if path.exists() else None
+    if card is not None and card.get("suite_version") == version:
+      graded[name] = card
+  missing = [name for name in board["rows"] if name not in graded]
+  first = (f"**A partial board**: {len(graded)} of {len(board['rows'])} rows graded at suite version {version}; "
+           f"not graded yet: {', '.join(missing)}. Nothing is concluded about a missing row." if missing else
+           f"All {len(board['rows'])} rows graded at suite version {version}.")
+  headers = ["row"] + [metric["label"] for metric in metrics]
+  rows = [[f"`{name}`"] + [_board_cell(metric, card, card["baseline"]) for metric in metrics]
+          for name, card in graded.items()]
+  verdicts = [[f"`{name}`"] + [card.get("comparison", {}).get(metric["name"], "-") for metric in metrics]
+              for name, card in graded.items() if name != "dot_product"]
+  wall = lambda card: card.get("wall_seconds", card["total_seconds"])
+  where = [f"- `{name}`: {card['seeds']} seeds, {wall(card) / 60:.1f} min; {card['machine']['date']}, "
+           f"commit `{card['machine']['commit']}`, {machine_line(card['machine'])}; `{card['command']}`"
+           for name, card in graded.items()]
+  total = sum(wall(card) for card in graded.values())
+  return paragraphs(
+      header(f"{BOARD}/*.json"), "# The leaderboard: every variant on the report card's suite", first,
+      BOARD_INTRO.format(board=BOARD),
+      table(headers, rows, "l" + "r" * len(metrics)) if rows else "No row graded yet.",
+      "Against dot_product (mean difference or ratio; better or worse only beyond the spread):",
+      table(headers, verdicts, "l" + "r" * len(metrics)) if verdicts else "No row besides dot_product graded yet.",
+      f"Where and how long each row was graded ({total / 60:.0f} minutes for the {len(graded)} rows):",
+      "\n".join(where) or "-") + "\n"
+
+
 def render_index(files_by_page: dict[str, list[str]]) -> str:
   lines = []
   for page in PAGES:
     sources = ", ".join(f"`{pathlib.PurePosixPath(p).name}`" for p in files_by_page[page.file]) or "no results"
     lines.append(f"- [{page.title}]({page.file}): {page.summary} ({sources})")
+  lines.append("- [The leaderboard](report_cards.md): every trainable variant and shipped pattern on the report "
+               f"card's suite, one row per command (`{BOARD}/*.json`)")
   lines.append("- [Where jformer runs: the support matrix](support.md): each feature on CPU, GPU and TPU, tested "
                "in CI, measured once by hand or untested (`support.json`)")
   intro = (f"Every measured figure of jformer, generated by `{COMMAND}` from the JSON the benchmark scripts write "
@@ -936,6 +1001,7 @@ def render_all(repo: pathlib.Path = REPO) -> dict[str, str]:
   results = load_results(repo)
   pages = {page.file: render_page(page, results[page.kind]) for page in PAGES}
   pages["support.md"] = render_support(json.loads((repo / SUPPORT).read_text()))
+  pages["report_cards.md"] = render_board(repo)
   pages["README.md"] = render_index({page.file: [p for p, _ in results[page.kind]] for page in PAGES})
   return dict(sorted(pages.items()))
 

@@ -20,22 +20,41 @@ from etils import epath
 
 from jformer import config as config_lib
 from jformer import provenance
-from jformer.report_card import measure
-from jformer.report_card.suite import (BASELINE, DECODE_BATCH, DECODE_LENGTH, REPO, TIMED_STEPS, Metric, Part,
-                                       Suite, default_suite, variant_name)
+from jformer.report_card import measure, verdict
+from jformer.report_card.suite import (BASELINE, DECODE_BATCH, DECODE_LENGTH, REPO, ROWS, SUITE_VERSION, TIMED_STEPS,
+                                       Metric, Part, Suite, default_suite, variant_name)
 from jformer.train.loop import train_and_evaluate
 from jformer.train.preemption import Preempted
 from jformer.train.progress import format_duration
 
-ROWS = pathlib.Path(__file__).resolve().parent / "rows"  # cached cards of built-in variants: rows/<name>.json
 FILES = ("report_card.md", "report_card.json", "report_card.png")
 SECONDS_FILE = "report_card_seconds.txt"  # beside a training part's run: the wall seconds it took.
 
 
 def cached_row(name: str) -> dict | None:
-  """The card cached in the repository for variant `name` (rows/<name>.json), None if there is none."""
+  """The card cached in the repository for variant `name` (ROWS/<name>.json) at this SUITE_VERSION, None if there is
+  none (or only one of another version, whose figures do not compare)."""
   path = ROWS / f"{name}.json"
-  return json.loads(path.read_text()) if path.exists() else None
+  row = json.loads(path.read_text()) if path.exists() else None
+  if not row or row.get("suite_version") != SUITE_VERSION:
+    return None
+  return {k: v for k, v in row.items() if k not in ("baseline", "comparison")}  # a leaderboard row's card alone
+
+
+def beside(cached: dict, measured_here: dict, suite: Suite) -> dict:
+  """The baseline column of a card: the learning figures (accuracy, bits per byte: at fixed steps, the same on any
+  machine) from the `cached` card, the time and memory from `measured_here` (the suite's measurements graded in the
+  variant's command, on its machine). `sources` names where each kind came from."""
+  machine = {metric.name for metric in suite.measurements().metrics}
+  source = lambda metric: measured_here if metric in machine else cached
+  return {**cached, "values": {m: source(m)["values"][m] for m in cached["values"]},
+          "samples": {m: samples_of(source(m), m) for m in cached["values"]},
+          "sources": {"learning": _source(cached, "cached"), "time and memory": _source(measured_here, "here")}}
+
+
+def _source(card: dict, how: str) -> dict:
+  return {"how": how, "date": card["machine"].get("date"), "commit": card["machine"].get("commit"),
+          "machine": provenance.describe(card["machine"]) if card["machine"] else "", "command": card["command"]}
 
 
 def save_row(card: dict) -> pathlib.Path:
@@ -79,6 +98,15 @@ def value(result: dict, key: str):
   return result
 
 
+def figure(results: list[dict], key: str) -> tuple[float, list[float]]:
+  """(the figure a card shows, the samples its verdict compares): a training part's mean over its seeds and each
+  seed's figure; a measurement's median and its timed repetitions (`<key>_runs`), or its one figure (memory)."""
+  if len(results) == 1 and f"{key}_runs" in results[0]:
+    return value(results[0], key), list(results[0][f"{key}_runs"])
+  each = [value(result, key) for result in results]
+  return verdict.Figure.of(each).mean, each
+
+
 def remaining_seconds(done: list[str], todo: list[str], elapsed: float, expected: dict[str, float]) -> float | None:
   """Seconds the parts `todo` should take on this machine: the `elapsed` seconds of the parts `done` here (run in
   this process, not reused) times the parts' relative cost, `expected` (the baseline card's seconds, measured on
@@ -89,12 +117,35 @@ def remaining_seconds(done: list[str], todo: list[str], elapsed: float, expected
   return elapsed * sum(expected[name] for name in todo) / sum(expected[name] for name in done)
 
 
-def grade(overrides: dict[str, Any], workdir: epath.PathLike, *, suite: Suite | None = None,
+def seeded_runs(part: Part, seeds: int) -> list[tuple[str, dict[str, Any]]]:
+  """(the run's folder under the part's, its extra overrides) for each run of `part`: a training part once per seed
+  (`train.seed` 0 .. seeds-1, in seed_<n>/), a measurement once (its figures are medians of repeated steps)."""
+  if part.kind != "train":
+    return [("", {})]
+  return [(f"seed_{seed}", {"train.seed": seed}) for seed in range(seeds)]
+
+
+def shared_preparation(first: epath.Path) -> dict[str, str]:
+  """Overrides with which a later seed's run reuses what the first seed's run (in `first`) prepared of a text
+  dataset: its tfds data and its SentencePiece vocabulary, neither of which depends on the seed; {} where it
+  trained none (the synthetic tasks, generated per seed)."""
+  vocabularies = sorted((first / "vocab").glob("spm_*.model")) if (first / "vocab").exists() else []
+  if len(vocabularies) != 1:
+    return {}
+  return {"data.data_dir": os.fspath(first / "tfds"), "data.vocab_path": os.fspath(vocabularies[0])}
+
+
+def grade(overrides: dict[str, Any], workdir: epath.PathLike, *, suite: Suite | None = None, seeds: int = 1,
           expected: dict[str, float] | None = None, say: Callable[[str], None] = print,
           command: str = "") -> dict:
   """Trains and measures every part of `suite` (default: `default_suite()`) for the variant the `overrides`
-  define, in `<workdir>/<part>`; returns the card. `expected`: seconds per part (the baseline card's), for the
+  define, in `<workdir>/<part>` (a training part once per seed, `seeded_runs`: the later seeds reuse the first's
+  prepared text and vocabulary, `shared_preparation`, and load its compiled programs from the persistent compilation
+  cache, the programs being the same); returns the card: `samples` holds
+  each metric's figure per seed, `values` their mean. `expected`: seconds per part (the baseline card's), for the
   ETA in the progress lines; `command`: what graded it, recorded in the card."""
+  if seeds < 1:
+    raise ValueError(f"seeds={seeds}: a card needs at least one seed per training part")
   suite = suite or default_suite()
   workdir = epath.Path(workdir)
   name = variant_name(overrides)
@@ -102,8 +153,16 @@ def grade(overrides: dict[str, Any], workdir: epath.PathLike, *, suite: Suite | 
   names, ran = [part.name for part in suite.parts], []  # ran: the parts run here, whose pace predicts the rest.
   for i, part in enumerate(suite.parts):
     took = f"; the baseline took {expected[part.name]:.0f} s" if expected and part.name in expected else ""
-    say(f"report card {name} [{i + 1}/{len(names)}] {part.title}: {part.config} ({part.kind}{took})")
-    results[part.name], seconds[part.name], reused = timed_part(part, overrides, workdir / part.name)
+    runs = seeded_runs(part, seeds)
+    say(f"report card {name} [{i + 1}/{len(names)}] {part.title}: {part.config} ({part.kind}"
+        f"{f', {len(runs)} seeds' if len(runs) > 1 else ''}{took})")
+    results[part.name], seconds[part.name], reused = [], 0.0, True
+    for n, (folder, extra) in enumerate(runs):
+      shared = shared_preparation(workdir / part.name / runs[0][0]) if n else {}
+      result, took_here, reused_here = timed_part(part, {**overrides, **extra, **shared}, workdir / part.name / folder)
+      results[part.name].append(result)
+      seconds[part.name] += took_here
+      reused &= reused_here
     ran += [] if reused else [part.name]
     elapsed = time.perf_counter() - start
     left = remaining_seconds(ran, names[i + 1:], sum(seconds[n] for n in ran), expected or {})
@@ -112,10 +171,13 @@ def grade(overrides: dict[str, Any], workdir: epath.PathLike, *, suite: Suite | 
       eta = ", the time left is known once a part has run here"
     say(f"report card {name} [{i + 1}/{len(names)}] {part.title} done in {seconds[part.name]:.0f} s; "
         f"{format_duration(elapsed)} so far{eta}")
-  return {"variant": name, "overrides": {k: str(v) for k, v in overrides.items()},
-          "values": {m.name: value(results[m.part], m.key) for m in suite.metrics},
+  figures = {m.name: figure(results[m.part], m.key) for m in suite.metrics}
+  return {"variant": name, "overrides": {k: str(v) for k, v in overrides.items()}, "seeds": seeds,
+          "suite_version": SUITE_VERSION,
+          "values": {metric: shown for metric, (shown, _) in figures.items()},
+          "samples": {metric: samples for metric, (_, samples) in figures.items()},
           "seconds": seconds, "total_seconds": sum(seconds.values()),  # reused runs count as they ran
-          "machine": provenance.machine(REPO, exclude=("jformer/report_card/rows",)),
+          "machine": provenance.machine(REPO, exclude=(ROWS.relative_to(REPO).as_posix(),)),
           "command": command or "jformer.report_card.grade (Python)"}
 
 
@@ -124,19 +186,18 @@ def _figure(metric: Metric, x) -> str:
 
 
 def comparison(metric: Metric, x, base) -> str:
-  """How `x` compares with the baseline's `base`: a signed difference or a ratio, with '(better)'/'(worse)'."""
+  """How `x` compares with the baseline's `base` (`verdict.compare`): a signed difference or a ratio, with
+  '(better)', '(worse)' or '(within noise)'. A figure is one number, or the list of its seeds' or repetitions'."""
   if x is None or base is None:
     return "-"
-  if metric.compare == "ratio":
-    if not base:
-      return "-"
-    text, same = f"{x / base:.2f}x", f"{x / base:.2f}" == "1.00"
-  else:
-    text = f"{round(x, metric.digits) - round(base, metric.digits):+.{metric.digits}f}"  # of the figures shown
-    same = _figure(metric, x) == _figure(metric, base)
-  if same:
-    return text
-  return f"{text} ({'better' if (x > base) == metric.higher_is_better else 'worse'})"
+  return verdict.compare(verdict.Figure.of(x), verdict.Figure.of(base), higher_is_better=metric.higher_is_better,
+                         ratio=metric.compare == "ratio", digits=metric.digits)
+
+
+def samples_of(card: dict, metric: str) -> list[float] | None:
+  """The metric's figure per seed (or repetition), or its one value as a list; None where the card has none."""
+  figure = card.get("samples", {}).get(metric)
+  return figure if figure is not None else (None if card["values"].get(metric) is None else [card["values"][metric]])
 
 
 def table(card: dict, baseline: dict | None, suite: Suite) -> str:
@@ -150,7 +211,7 @@ def table(card: dict, baseline: dict | None, suite: Suite) -> str:
   for metric in suite.metrics:
     x, base = card["values"].get(metric.name), baseline["values"].get(metric.name)
     lines.append(f"| {metric.label} | {_figure(metric, x)} | {_figure(metric, base)} | "
-                 f"{comparison(metric, x, base)} |")
+                 f"{comparison(metric, samples_of(card, metric.name), samples_of(baseline, metric.name))} |")
   return "\n".join(lines)
 
 
@@ -165,6 +226,8 @@ def notes(card: dict, baseline: dict | None) -> list[str]:
   if baseline is None:
     return ([] if card["overrides"] == BASELINE else
             [f"No baseline card is cached for {BASELINE}: rerun with --remeasure to measure it here."])
+  if "sources" in baseline:  # its time and memory were measured beside the variant's.
+    return []
   if baseline["machine"]["cpu"] != card["machine"]["cpu"]:
     return [f"The baseline ran on another CPU ({baseline['machine']['cpu']}): its times and memory do not compare "
             "with these; rerun with --remeasure to measure it beside the variant."]
@@ -177,7 +240,12 @@ def markdown(card: dict, baseline: dict | None, suite: Suite) -> str:
            "text's test split (lower is better); times are medians of "
            f"{TIMED_STEPS} steps (jformer/report_card/suite.py).", "", "![report card](report_card.png)", "",
            "Measured:", "", f"- {_provenance_line(card)}"]
-  if baseline:
+  if baseline and "sources" in baseline:
+    how = lambda source: "cached" if source["how"] == "cached" else "measured in this command"
+    lines += [f"- `{baseline['variant']}`'s {kind}: {how(source)}"
+              f", {source['date']}, commit {source['commit']}, {source['machine']}; `{source['command']}`"
+              for kind, source in baseline["sources"].items()]
+  elif baseline:
     lines.append(f"- {_provenance_line(baseline)}")
   return "\n".join(lines + [""] + [f"**Note**: {note}" for note in notes(card, baseline)]) + "\n"
 

@@ -23,14 +23,15 @@ from jformer.train.runner import make_runner
 MIB = 2**20
 
 
-def _median_ms(step, reps: int) -> float:
-  """Median wall milliseconds of `step()` (which blocks until its result is ready) over `reps` calls."""
+def _timed_ms(step, reps: int) -> dict:
+  """`ms`: the median wall milliseconds of `step()` (which blocks until its result is ready) over `reps` calls;
+  `ms_runs`: each call's (the card's range for this figure)."""
   times = []
   for _ in range(reps):
     start = time.perf_counter()
     step()
-    times.append(time.perf_counter() - start)
-  return 1e3 * statistics.median(times)
+    times.append(1e3 * (time.perf_counter() - start))
+  return {"ms": statistics.median(times), "ms_runs": times}
 
 
 def train_step(config, reps: int) -> dict:
@@ -52,7 +53,7 @@ def train_step(config, reps: int) -> dict:
     jax.block_until_ready(metrics)
 
   step()
-  return {"ms": _median_ms(step, reps), "temp_mib": None if temp_bytes is None else temp_bytes / MIB,
+  return {**_timed_ms(step, reps), "temp_mib": None if temp_bytes is None else temp_bytes / MIB,
           "tokens": int(np.prod(shape))}
 
 
@@ -66,5 +67,5 @@ def decode_step(config, batch: int, length: int, reps: int) -> dict:
   compiled = jax.jit(lambda p, i, c: generator.feed(model, p, i, c)).lower(params, ids, cache).compile()
   step = lambda: jax.block_until_ready(compiled(params, ids, cache)[0])
   step()
-  return {"ms": _median_ms(step, reps), "state_mib": sum(x.nbytes for x in jax.tree.leaves(cache)) / MIB,
+  return {**_timed_ms(step, reps), "state_mib": sum(x.nbytes for x in jax.tree.leaves(cache)) / MIB,
           "batch": batch, "length": length}
