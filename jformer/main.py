@@ -283,7 +283,7 @@ def _graded_beside_baseline(rc, overrides, workdir, args):
                         seeds=args.seeds, expected=expected, command=command)
     print(f"cached {rc.save_row(baseline)}")
   else:  # its time and memory measured here, beside the variant's; its learning figures cached.
-    suite = rc.default_suite()
+    suite = rc.card.default_suite()  # the suite grade() reads (a test may shorten it there)
     here = rc.grade(rc.BASELINE, workdir.parent / baseline_name, suite=suite.measurements(), command=command)
     baseline = rc.beside(baseline, here, suite)
   card = (baseline if graded_here and name == baseline_name else

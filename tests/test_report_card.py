@@ -207,6 +207,7 @@ def test_report_card_grades_the_plugin_variant(tmp_path, repo_root, monkeypatch)
   baseline.update(variant="dot_product", overrides=rc.BASELINE)
   baseline["machine"]["cpu"] = "another CPU"
   baseline["values"]["train_step_ms"] = card["values"]["train_step_ms"] / 2
+  baseline["samples"]["train_step_ms"] = [ms / 2 for ms in card["samples"]["train_step_ms"]]
   paths = rc.write(card, baseline, tmp_path / "card", suite)
   text = open(paths["report_card.md"]).read()
   assert "| train step ms, 2,048 tokens |" in text and "2.00x (worse)" in text

@@ -54,8 +54,8 @@ def test_report_card_command_grades_stops_on_sigterm_resumes_and_reuses(tmp_path
   card = start(workdir)  # stopped in its training part: the run saves a step, the card says how to go on.
   out, err = sigterm_at(card, r"^step +5/")
   assert card.returncode == 0 and "Traceback" not in err, err
-  assert out.splitlines()[-1] == (f"report card preempted in the report card's run {workdir / 'mqar_64x4'}; run the "
-                                  "same command to resume (finished parts are reused)")
+  assert out.splitlines()[-1] == (f"report card preempted in the report card's run {workdir / 'mqar_64x4' / 'seed_0'}; "
+                                  "run the same command to resume (finished parts are reused)")
 
   card = start(workdir)  # the same command: the run resumes, the card is written.
   out, err = card.communicate(timeout=600)
