@@ -967,6 +967,7 @@ def render_board(repo: pathlib.Path) -> str:
   wall = lambda card: card.get("wall_seconds", card["total_seconds"])
   where = [f"- `{name}`: {card['seeds']} seeds, {wall(card) / 60:.1f} min; {card['machine']['date']}, "
            f"commit `{card['machine']['commit']}`, {machine_line(card['machine'])}; `{card['command']}`"
+           + (f". Note: {card['note']}" if card.get("note") else "")
            for name, card in graded.items()]
   total = sum(wall(card) for card in graded.values())
   return paragraphs(
