@@ -325,6 +325,17 @@ def assert_grads_close(grads, want_grads, names):
       np.testing.assert_allclose(g, w, atol=1e-5, err_msg=f"gradient wrt {argument}{jax.tree_util.keystr(path)}")
 
 
+def assert_equals_formula(fn, formula, args, cotangent, names):
+  """`fn(*args)` and its gradients wrt every argument equal `formula`'s (fn jitted, the formula written out in the
+  test run eagerly), through the loss sum(out * cotangent); returns fn's gradients. `names`: the arguments'."""
+  loss = lambda f: lambda *a: jnp.sum(f(*a) * cotangent)
+  got, got_grads = jax.jit(jax.value_and_grad(loss(fn), argnums=range(len(args))))(*args)
+  want, want_grads = jax.value_and_grad(loss(formula), argnums=range(len(args)))(*args)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  assert_grads_close(got_grads, want_grads, names)
+  return got_grads
+
+
 def skip_unless_runs_here(variant):
   """A kernel built for other backends runs here only if it has a Pallas interpreter (an `interpret` option)."""
   backend = jax.default_backend()

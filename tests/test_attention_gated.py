@@ -3,10 +3,13 @@
 generation equal to the full forward pass. tests/test_attention_variants.py checks it in every masking it declares,
 decode steps included."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_equals_formula
 from test_decode_generate import check_cached_generation_equals_full_forward, lm_and_params
 
 from jformer import attention
@@ -46,12 +49,8 @@ def test_gated_is_the_papers_formula_outputs_and_gradients(causal):
   """Outputs and the gradients wrt Q, K, V, the layer input X and W_g equal the formula's (float32)."""
   args = inputs(0)
   cotangent = jax.random.normal(jax.random.PRNGKey(9), (B, T, H, D))
-  loss = lambda fn: lambda *a: jnp.sum(fn(*a, causal=causal) * cotangent)
-  got, got_grads = jax.jit(jax.value_and_grad(loss(gated_call), argnums=range(5)))(*args)
-  want, want_grads = jax.value_and_grad(loss(dense_gated), argnums=range(5))(*args)
-  np.testing.assert_allclose(got, want, rtol=1e-5)
-  for name, g, w in zip(("query", "key", "value", "x", "gate"), got_grads, want_grads):
-    np.testing.assert_allclose(g, w, atol=1e-5, err_msg=f"gradient wrt {name}")
+  assert_equals_formula(functools.partial(gated_call, causal=causal), functools.partial(dense_gated, causal=causal),
+                        args, cotangent, ("query", "key", "value", "x", "gate"))
   ungated = attention.get("dot_product").fn(*args[:3], causal=causal)
   assert np.abs(np.asarray(gated_call(*args, causal=causal) - ungated)).max() > 0.1  # the gate does act
 

@@ -3,10 +3,13 @@ gradients; no normalisation (a query that sees nothing gets 0); causality; in a 
 cached generation equal to the full forward pass. tests/test_attention_variants.py checks it in every masking it
 declares, decode steps included."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_equals_formula
 from test_decode_generate import check_cached_generation_equals_full_forward, lm_and_params
 
 from jformer import attention
@@ -44,12 +47,8 @@ def test_sigmoid_is_the_papers_formula_outputs_and_gradients(causal):
   """Outputs and the gradients wrt Q, K, V and a logits bias equal the formula's (float32), padding included."""
   args = inputs(0)
   cotangent = jax.random.normal(jax.random.PRNGKey(9), (B, T, H, D))
-  loss = lambda fn: lambda *a: jnp.sum(fn(*a, causal=causal) * cotangent)
-  got, got_grads = jax.jit(jax.value_and_grad(loss(sigmoid_call), argnums=range(4)))(*args)
-  want, want_grads = jax.value_and_grad(loss(dense_sigmoid), argnums=range(4))(*args)
-  np.testing.assert_allclose(got, want, atol=1e-5)
-  for name, g, w in zip(("query", "key", "value", "bias"), got_grads, want_grads):
-    np.testing.assert_allclose(g, w, atol=1e-5, err_msg=f"gradient wrt {name}")
+  assert_equals_formula(functools.partial(sigmoid_call, causal=causal), functools.partial(dense_sigmoid, causal=causal),
+                        args, cotangent, ("query", "key", "value", "bias"))
 
 
 def test_sigmoid_weights_are_not_normalised():

@@ -4,10 +4,13 @@ softmax attention, `local`'s with a window; a dominant sink: nothing); causality
 layers, windowed, cached generation equal to the full forward pass. tests/test_attention_variants.py checks it in
 every masking it declares, decode steps included."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import assert_equals_formula
 from test_decode_generate import check_cached_generation_equals_full_forward, lm_and_params
 
 from jformer import attention
@@ -49,12 +52,9 @@ def test_sink_is_the_formula_outputs_and_gradients(window_size):
   """Outputs and the gradients wrt Q, K, V and the sink logits equal the formula's (float32), causal with padding."""
   args = inputs(0)
   cotangent = jax.random.normal(jax.random.PRNGKey(9), (B, T, H, D)) * (PADDING != 0)[:, :, None, None]
-  loss = lambda fn: lambda *a: jnp.sum(fn(*a, window_size=window_size) * cotangent)
-  got, got_grads = jax.jit(jax.value_and_grad(loss(sink_call), argnums=range(4)))(*args)
-  want, want_grads = jax.value_and_grad(loss(dense_sink), argnums=range(4))(*args)
-  np.testing.assert_allclose(got, want, atol=1e-5)
-  for name, g, w in zip(("query", "key", "value", "sink"), got_grads, want_grads):
-    np.testing.assert_allclose(g, w, atol=1e-5, err_msg=f"gradient wrt {name}")
+  got_grads = assert_equals_formula(functools.partial(sink_call, window_size=window_size),
+                                    functools.partial(dense_sink, window_size=window_size), args, cotangent,
+                                    ("query", "key", "value", "sink"))
   assert np.abs(np.asarray(got_grads[3])).min() > 1e-4  # every head's sink learns
 
 
