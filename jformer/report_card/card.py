@@ -38,7 +38,12 @@ def cached_row(name: str) -> dict | None:
   row = json.loads(path.read_text()) if path.exists() else None
   if not row or row.get("suite_version") != SUITE_VERSION:
     return None
-  return {k: v for k, v in row.items() if k not in ("baseline", "comparison")}  # a leaderboard row's card alone
+  return card_alone(row)
+
+
+def card_alone(row: dict) -> dict:
+  """A leaderboard row's card without what the board adds to it (the baseline column beside it, the comparisons)."""
+  return {k: v for k, v in row.items() if k not in ("baseline", "comparison")}
 
 
 def beside(cached: dict, measured_here: dict, suite: Suite) -> dict:

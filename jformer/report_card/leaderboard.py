@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from jformer import attention
 from jformer import config as config_lib
-from jformer.report_card.card import comparison, samples_of
+from jformer.report_card.card import card_alone, comparison, samples_of
 from jformer.report_card.suite import REPO, ROWS, SUITE_VERSION, default_suite
 PLUGINS = "tests/plugins"
 
@@ -101,7 +101,7 @@ def save(name: str, card: dict, baseline: dict, wall_seconds: float | None = Non
   compared = {m.name: comparison(m, samples_of(card, m.name), samples_of(baseline, m.name))
               for m in default_suite().metrics}
   path = row_path(name)
-  baseline = {k: v for k, v in baseline.items() if k not in ("baseline", "comparison")}
+  baseline = card_alone(baseline)
   row = {**card, "baseline": baseline, "comparison": compared}
   if wall_seconds is not None:
     row["wall_seconds"] = round(wall_seconds, 1)
